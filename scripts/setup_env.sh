@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates (or updates) the virtual environment of one stack and installs
+# tf_dp into it with its test extras.
+#   usage: scripts/setup_env.sh tf221|tf215
+# Prints the path of the environment's python on the last line.
+set -euo pipefail
+stack="${1:-tf221}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$root/.venv-$stack"
+req="$root/requirements/$stack.txt"
+[ -f "$req" ] || { echo "unknown stack '$stack' (expected tf221 or tf215)" >&2; exit 2; }
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.tf_dp_stamp"
+want="$(cat "$req" "$root/setup.py" | sha1sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  "$venv/bin/python" -m pip install -q -r "$req" -e "$root[test]" >&2
+  echo "$want" > "$stamp"
+fi
+echo "$venv/bin/python"

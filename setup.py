@@ -1,0 +1,31 @@
+"""tf_dp: differentially private training for TensorFlow and Keras."""
+
+import setuptools
+
+setuptools.setup(
+    name="tf_dp",
+    version="0.1.0",
+    description=("Differentially private training (DP-SGD, DP queries, "
+                 "privacy ledger and RDP accounting) for TensorFlow/Keras."),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=setuptools.find_packages(include=["tf_dp", "tf_dp.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.23",
+        "scipy>=1.9",
+        "absl-py>=1.0",
+        # TensorFlow and TFP are required for training; the accounting in
+        # tf_dp.analysis imports without them. Pin a stack with
+        # requirements/tf221.txt or requirements/tf215.txt.
+        "tensorflow>=2.15",
+        "tensorflow-probability>=0.23",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "mpmath>=1.2",
+                 "dp-accounting==0.6.0", "scikit-learn>=1.2"],
+        "tutorials": ["matplotlib>=3.5", "scikit-learn>=1.2", "nbformat>=5",
+                      "nbclient>=0.7", "ipykernel>=6"],
+    },
+    license="Apache-2.0",
+)

@@ -1,0 +1,53 @@
+"""Tests of advanced composition, amplification and zCDP against hand values."""
+
+import math
+
+import pytest
+
+from tf_dp import analysis
+
+
+def test_abadi_strong_composition_figure():
+  # Abadi et al. 2016 quote eps ~ 9.34 for q=0.01, sigma=4, T=1e4, 1e-5.
+  first = analysis.strong_composition_dp_sgd_epsilon(0.01, 4.0, 10000, 1e-5)
+  exact = analysis.strong_composition_dp_sgd_epsilon(0.01, 4.0, 10000, 1e-5,
+                                                     first_order=False)
+  assert first == pytest.approx(9.34, abs=0.005)
+  assert exact == pytest.approx(9.35, abs=0.01) and exact > first
+
+
+def test_advanced_composition_hand_value():
+  eps, delta = analysis.advanced_composition(0.1, 1e-6, 100, 1e-5)
+  hand = math.sqrt(200 * math.log(1e5)) * 0.1 + 100 * 0.1 * math.expm1(0.1)
+  assert eps == pytest.approx(hand, rel=1e-12)
+  assert delta == pytest.approx(100 * 1e-6 + 1e-5)
+
+
+def test_amplification_hand_value():
+  eps, delta = analysis.amplify_by_poisson_sampling(1.0, 1e-5, 0.01)
+  assert eps == pytest.approx(math.log(1 + 0.01 * (math.e - 1)))
+  assert delta == pytest.approx(1e-7)
+
+
+def test_gaussian_mechanism_round_trip():
+  eps = analysis.gaussian_mechanism_epsilon(4.0, 1e-5)
+  assert eps == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 4)
+  assert analysis.gaussian_mechanism_noise_multiplier(eps, 1e-5) == (
+      pytest.approx(4.0))
+
+
+def test_zcdp_chain():
+  rho = analysis.gaussian_zcdp(sensitivity=2.0, stddev=4.0)
+  assert rho == pytest.approx(4.0 / 32.0)
+  eps = analysis.zcdp_to_dp_epsilon(rho, 1e-4)
+  assert eps == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e4)))
+  assert analysis.zcdp_rho_for_epsilon(eps, 1e-4) == pytest.approx(rho)
+
+
+def test_invalid_arguments():
+  with pytest.raises(ValueError, match="delta_prime"):
+    analysis.advanced_composition(0.1, 0.0, 10, 0.0)
+  with pytest.raises(ValueError, match="noise_multiplier"):
+    analysis.gaussian_mechanism_epsilon(0.0, 1e-5)
+  with pytest.raises(ValueError, match="stddev"):
+    analysis.gaussian_zcdp(1.0, 0.0)

@@ -1,0 +1,45 @@
+"""Importing tf_dp is lazy, and the accounting needs no TensorFlow."""
+
+import subprocess
+import sys
+import textwrap
+
+BLOCK_TF = textwrap.dedent("""
+    import sys
+
+    class _Blocker:
+      def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('tensorflow', 'keras', 'tf_keras',
+                                  'tensorflow_probability'):
+          raise ImportError('blocked for the test: ' + name)
+        return None
+
+    sys.meta_path.insert(0, _Blocker())
+""")
+
+
+def _run(code):
+  return subprocess.run([sys.executable, "-c", BLOCK_TF + code],
+                        capture_output=True, text=True, check=False)
+
+
+def test_import_tf_dp_does_not_import_tensorflow():
+  out = _run("import tf_dp, sys; print('tensorflow' in sys.modules)")
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == "False"
+
+
+def test_analysis_works_without_tensorflow():
+  out = _run(textwrap.dedent("""
+      from tf_dp.analysis import compute_dp_sgd_privacy
+      eps, order = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)
+      print(round(eps, 2))
+  """))
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == "2.6"
+
+
+def test_unknown_attribute_is_an_attribute_error():
+  out = _run("import tf_dp\ntry:\n  tf_dp.nope\nexcept AttributeError as e:"
+             "\n  print('ok', e)")
+  assert out.stdout.startswith("ok"), out.stderr

@@ -1,0 +1,36 @@
+"""tf_dp: differentially private training for TensorFlow and Keras.
+
+Importing ``tf_dp`` is cheap and never imports TensorFlow: public names are
+resolved lazily on first use, so ``tf_dp.analysis`` works without TensorFlow
+and optional parts (Estimator, Keras 2 vs. Keras 3 glue) are imported only
+when used.
+
+Three layers, three sub-packages (McMahan & Andrew 2018):
+  * ``tf_dp.analysis``: privacy accounting (pure Python, no TensorFlow);
+  * ``tf_dp.dp_query`` and ``tf_dp.privacy_ledger``: privacy mechanisms and
+    the ledger of what they did;
+  * ``tf_dp.keras`` and ``tf_dp.estimator``: training glue.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it.
+_LAZY_NAMES = {
+    "analysis": "tf_dp.analysis",
+}
+
+
+def __getattr__(name):
+  module_name = _LAZY_NAMES.get(name)
+  if module_name is None:
+    raise AttributeError(f"module 'tf_dp' has no attribute {name!r}")
+  module = importlib.import_module(module_name)
+  value = module if module_name.endswith("." + name) else getattr(module, name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_LAZY_NAMES))

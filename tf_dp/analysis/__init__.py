@@ -1,0 +1,27 @@
+"""Privacy accounting for tf_dp: pure Python (numpy and scipy), no TensorFlow.
+
+Concern (c) of McMahan & Andrew (2018): the accountant reads what the
+mechanisms did (a ledger of sampling and Gaussian sum-query events, or the
+parameters of a run) and turns it into an (epsilon, delta) guarantee. Nothing
+here touches tensors.
+"""
+
+from tf_dp.analysis.composition import advanced_composition
+from tf_dp.analysis.composition import amplify_by_poisson_sampling
+from tf_dp.analysis.composition import gaussian_mechanism_epsilon
+from tf_dp.analysis.composition import gaussian_mechanism_noise_multiplier
+from tf_dp.analysis.composition import gaussian_zcdp
+from tf_dp.analysis.composition import strong_composition_dp_sgd_epsilon
+from tf_dp.analysis.composition import zcdp_rho_for_epsilon
+from tf_dp.analysis.composition import zcdp_to_dp_epsilon
+from tf_dp.analysis.dp_sgd_privacy import compute_dp_sgd_privacy
+from tf_dp.analysis.calibration import compute_batch_size
+from tf_dp.analysis.calibration import compute_epochs
+from tf_dp.analysis.calibration import compute_noise_multiplier
+from tf_dp.analysis.conversion import get_privacy_spent
+from tf_dp.analysis.moments_accountant import log_moment
+from tf_dp.analysis.moments_accountant import moments_accountant_epsilon
+from tf_dp.analysis.rdp import DEFAULT_ORDERS
+from tf_dp.analysis.rdp import compute_heterogeneous_rdp
+from tf_dp.analysis.rdp import compute_rdp
+from tf_dp.analysis.rdp_without_replacement import compute_rdp_sample_without_replacement

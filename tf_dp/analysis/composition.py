@@ -1,0 +1,112 @@
+"""(epsilon, delta) composition, amplification and zCDP as used in the seeds.
+
+These are the classical tools that the seeds compare against: the advanced
+(strong) composition theorem (Dwork & Roth 2014, Thm. 3.20), amplification by
+Poisson subsampling (Li, Qardaji & Su 2012, Thm. 1; Ermis & Cemgil 2017,
+eq. (7)), the classical Gaussian mechanism (Dwork & Roth 2014, Thm. A.1) and
+zero-concentrated DP (Bun & Steinke 2016, Prop. 1.3, 1.6 and Lemma 1.7; Ermis
+& Cemgil 2017, eq. (6)). They are looser than RDP accounting and are kept to
+reproduce published figures and as independent upper bounds.
+"""
+
+import math
+
+from tf_dp.analysis import _validation
+
+
+def advanced_composition(epsilon, delta, k, delta_prime):
+  """k-fold adaptive composition of (epsilon, delta)-DP mechanisms.
+
+  Returns ``(sqrt(2k log(1/delta')) eps + k eps (e^eps - 1), k delta + delta')``
+  (Dwork & Roth 2014, Theorem 3.20).
+  """
+  epsilon = _validation.check_epsilon("epsilon", epsilon)
+  k = _validation.check_steps("k", k)
+  delta_prime = _validation.check_delta("delta_prime", delta_prime)
+  if not 0.0 <= delta <= 1.0:
+    raise ValueError(f"delta must lie in [0, 1]; got {delta!r}.")
+  eps_total = (math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon
+               + k * epsilon * math.expm1(epsilon))
+  return eps_total, k * delta + delta_prime
+
+
+def amplify_by_poisson_sampling(epsilon, delta, q):
+  """Privacy amplification of an (eps, delta)-DP step by sampling rate q.
+
+  Returns ``(log(1 + q (e^eps - 1)), q delta)`` (Li et al. 2012, Thm. 1).
+  """
+  epsilon = _validation.check_epsilon("epsilon", epsilon)
+  q = _validation.check_probability("q", q)
+  return math.log1p(q * math.expm1(epsilon)), q * delta
+
+
+def gaussian_mechanism_epsilon(noise_multiplier, delta):
+  """Epsilon of the classical Gaussian mechanism: sqrt(2 log(1.25/delta))/z.
+
+  ``noise_multiplier`` is the noise stddev divided by the L2 sensitivity.
+  The theorem holds for epsilon < 1; larger values are returned as computed
+  (the seeds use them that way) and are then not a proven guarantee.
+  """
+  z = _validation.check_noise_multiplier("noise_multiplier", noise_multiplier)
+  delta = _validation.check_delta("delta", delta)
+  return math.sqrt(2 * math.log(1.25 / delta)) / z
+
+
+def gaussian_mechanism_noise_multiplier(epsilon, delta):
+  """Inverse of ``gaussian_mechanism_epsilon``."""
+  if not epsilon > 0:
+    raise ValueError(f"epsilon must be > 0; got {epsilon!r}.")
+  delta = _validation.check_delta("delta", delta)
+  return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+
+def gaussian_zcdp(sensitivity, stddev):
+  """rho of the Gaussian mechanism: sensitivity^2 / (2 stddev^2) (Prop. 1.6)."""
+  if not sensitivity >= 0:
+    raise ValueError(f"sensitivity must be >= 0; got {sensitivity!r}.")
+  if not stddev > 0:
+    raise ValueError(f"stddev must be > 0; got {stddev!r}.")
+  return sensitivity ** 2 / (2.0 * stddev ** 2)
+
+
+def zcdp_to_dp_epsilon(rho, delta):
+  """Epsilon of a rho-zCDP mechanism: rho + 2 sqrt(rho log(1/delta)) (Prop. 1.3)."""
+  if not rho >= 0:
+    raise ValueError(f"rho must be >= 0; got {rho!r}.")
+  delta = _validation.check_delta("delta", delta)
+  return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def zcdp_rho_for_epsilon(epsilon, delta):
+  """Largest rho with rho + 2 sqrt(rho log(1/delta)) <= epsilon (inverse)."""
+  epsilon = _validation.check_epsilon("epsilon", epsilon)
+  delta = _validation.check_delta("delta", delta)
+  root = math.sqrt(math.log(1.0 / delta) + epsilon) - math.sqrt(
+      math.log(1.0 / delta))
+  return root * root
+
+
+def strong_composition_dp_sgd_epsilon(q, noise_multiplier, steps, delta,
+                                      first_order=True):
+  """Epsilon of DP-SGD under the strong composition theorem (Abadi et al.).
+
+  Each step is (eps0, delta0)-DP for the lot by the classical Gaussian
+  mechanism, ``(q eps0, q delta0)``-DP for the dataset by amplification,
+  and ``steps`` steps compose by ``advanced_composition``. Delta is split
+  evenly: ``delta' = delta / 2`` and ``steps * q * delta0 = delta / 2``.
+
+  With ``first_order=True`` the composition term ``k eps (e^eps - 1)`` is
+  replaced by its first-order form ``k eps^2``; this reproduces the figure
+  quoted by Abadi et al. (2016), eps ~ 9.34 for q=0.01, z=4, T=10^4,
+  delta=1e-5. The exact theorem (``first_order=False``) gives 9.35.
+  """
+  q = _validation.check_probability("q", q)
+  steps = _validation.check_positive_int("steps", steps)
+  delta = _validation.check_delta("delta", delta)
+  delta0 = delta / 2.0 / (steps * q)
+  eps_step = q * gaussian_mechanism_epsilon(noise_multiplier, min(delta0,
+                                                                  0.999))
+  if first_order:
+    return (math.sqrt(2 * steps * math.log(2.0 / delta)) * eps_step
+            + steps * eps_step ** 2)
+  return advanced_composition(eps_step, 0.0, steps, delta / 2.0)[0]

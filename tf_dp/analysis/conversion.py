@@ -1,0 +1,111 @@
+"""Conversion of an RDP curve to an (epsilon, delta)-DP guarantee.
+
+Two conversions are offered:
+
+* ``"tight"`` (default): Balle, Barthe, Gaboardi, Hsu & Sato (2020),
+  "Hypothesis testing interpretations and Renyi differential privacy",
+  Thm. 21, equivalently Canonne, Kamath & Steinke (2020), Prop. 12:
+  ``eps = rdp + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``.
+* ``"classic"``: Mironov (2017), Prop. 3:
+  ``eps = rdp + log(1/delta) / (a-1)``. Published DP-SGD figures (Abadi et
+  al. 2016's 1.26, the TF Privacy README's 2.92) use this one.
+
+Both are valid upper bounds on epsilon; the minimum over the given orders is
+returned. When that minimum sits at the smallest or largest order a warning
+is issued, since a wider order list may give a smaller epsilon.
+"""
+
+import math
+import warnings
+
+import numpy as np
+
+from tf_dp.analysis import _validation
+
+CONVERSIONS = ("tight", "classic")
+
+
+def _check_rdp(orders, rdp):
+  orders = _validation.check_orders(orders)
+  rdp = np.atleast_1d(np.asarray(rdp, dtype=float))
+  if rdp.shape != orders.shape:
+    raise ValueError(
+        f"rdp must have one value per order: {len(orders)} orders but rdp "
+        f"has shape {rdp.shape}.")
+  if np.any(np.isnan(rdp)) or np.any(rdp < 0):
+    raise ValueError(f"rdp values must be >= 0 and not NaN; got {rdp!r}.")
+  return orders, rdp
+
+
+def _epsilons(orders, rdp, delta, conversion):
+  with np.errstate(invalid="ignore", over="ignore"):
+    if conversion == "tight":
+      eps = (rdp + np.log1p(-1.0 / orders)
+             - (math.log(delta) + np.log(orders)) / (orders - 1.0))
+    else:
+      eps = rdp + math.log(1.0 / delta) / (orders - 1.0)
+  eps = np.where(np.isinf(orders), rdp, eps)  # order inf: pure DP.
+  return np.maximum(eps, 0.0)
+
+
+def _log_deltas(orders, rdp, epsilon, conversion):
+  with np.errstate(invalid="ignore", over="ignore"):
+    if conversion == "tight":
+      log_delta = ((orders - 1.0) * (rdp - epsilon + np.log1p(-1.0 / orders))
+                   - np.log(orders))
+    else:
+      log_delta = (orders - 1.0) * (rdp - epsilon)
+  finite = np.isfinite(orders)
+  pure = np.where(rdp <= epsilon, -np.inf, 0.0)  # order inf: pure DP.
+  return np.where(finite, np.nan_to_num(log_delta, nan=np.inf), pure)
+
+
+def _warn_if_edge(orders, index, what):
+  if len(orders) > 1 and index in (0, len(orders) - 1):
+    side = "smallest" if index == 0 else "largest"
+    warnings.warn(
+        f"The optimal Renyi order for {what} is the {side} order in the list "
+        f"({orders[index]}); extend the orders on that side for a possibly "
+        f"tighter bound.", RuntimeWarning, stacklevel=3)
+
+
+def get_privacy_spent(orders, rdp, target_eps=None, target_delta=None,
+                      conversion="tight"):
+  """Converts RDP to (epsilon, delta)-DP; give exactly one target.
+
+  Args:
+    orders: Renyi orders (> 1) at which ``rdp`` was computed.
+    rdp: RDP values, one per order (total over all steps).
+    target_eps: If given, the delta achieved for this epsilon is computed.
+    target_delta: If given, the epsilon achieved for this delta is computed.
+    conversion: ``"tight"`` (default) or ``"classic"`` (see module doc).
+
+  Returns:
+    ``(epsilon, delta, optimal_order)``.
+
+  Raises:
+    ValueError: if both or neither target is given, or an argument is out
+      of its domain.
+  """
+  if (target_eps is None) == (target_delta is None):
+    raise ValueError(
+        "Give exactly one of target_eps and target_delta; got "
+        f"target_eps={target_eps!r}, target_delta={target_delta!r}.")
+  if conversion not in CONVERSIONS:
+    raise ValueError(
+        f"conversion must be one of {CONVERSIONS}; got {conversion!r}.")
+  orders, rdp = _check_rdp(orders, rdp)
+  if target_delta is not None:
+    delta = _validation.check_delta("target_delta", target_delta)
+    eps = _epsilons(orders, rdp, delta, conversion)
+    index = int(np.argmin(eps))
+    if np.isfinite(eps[index]) and eps[index] > 0:
+      _warn_if_edge(orders, index, "epsilon")
+    return float(eps[index]), delta, float(orders[index])
+  epsilon = _validation.check_epsilon("target_eps", target_eps)
+  log_delta = _log_deltas(orders, rdp, epsilon, conversion)
+  index = int(np.argmin(log_delta))
+  if np.isfinite(log_delta[index]):
+    _warn_if_edge(orders, index, "delta")
+  delta = float(min(1.0, math.exp(min(log_delta[index], 0.0))))
+  return epsilon, delta, float(orders[index])

@@ -1,0 +1,241 @@
+"""Renyi DP of the Poisson-subsampled Gaussian mechanism.
+
+The mechanism: each record is selected independently with probability ``q``;
+the selected records, each clipped to L2 norm ``C``, are summed; Gaussian
+noise of stddev ``noise_multiplier * C`` is added to the sum. Neighbouring
+datasets differ by adding or removing one record (sensitivity ``C``).
+
+Mironov, Talwar & Zhang (2019), "Renyi Differential Privacy of the Sampled
+Gaussian Mechanism", show that its RDP at order ``alpha`` is
+``log(A_alpha) / (alpha - 1)`` with
+
+    A_alpha = E_{z ~ mu0} [ ((1 - q) + q * mu1(z) / mu0(z)) ** alpha ]
+
+where ``mu0 = N(0, s^2)`` and ``mu1 = N(1, s^2)`` (``s`` the noise
+multiplier). This module computes ``A_alpha - 1`` directly so that tiny
+values of the RDP keep their relative precision:
+
+* integer orders: the exact binomial expansion
+  ``A - 1 = sum_{k>=2} C(alpha,k) q^k (1-q)^(alpha-k) expm1((k^2-k)/(2 s^2))``,
+  every term positive, summed in log space;
+* fractional orders: ``A - 1 = E_{mu0}[(1 + u)^alpha - 1 - alpha u]`` with
+  ``u = q * expm1((2z - 1) / (2 s^2))`` (the linear term has zero mean).
+  The integrand is non-negative and analytic in a strip of half-width
+  ``pi s^2``, so the trapezoid rule converges exponentially fast; the step is
+  chosen well inside that strip. Tests compare it with an mpmath integration.
+
+All functions are pure numpy/scipy and vectorised over noise multipliers,
+so long heterogeneous ledgers are accounted quickly.
+"""
+
+import math
+
+import numpy as np
+from scipy import special
+
+from tf_dp.analysis import _validation
+
+# Orders used when the caller gives none: dense where DP-SGD optima usually
+# lie, sparse above, up to 1024 for very small epsilon.
+DEFAULT_ORDERS = tuple(
+    [1.1, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5, 4.0, 4.5]
+    + [float(x) for x in range(5, 64)]
+    + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0])
+
+_TAYLOR_TERMS = 12  # (1+u)^a - 1 - a u by its series when |u| < 0.01.
+
+
+def _log_expm1(y):
+  """log(exp(y) - 1) for y > 0, stable for large and tiny y."""
+  return y + np.log(-np.expm1(-y))
+
+
+def _int_order_layout(int_orders):
+  """Flat (order, k) index of all binomial terms k = 2..alpha per order."""
+  ks, log_binoms, starts = [], [], []
+  pos = 0
+  for alpha in int_orders:
+    k = np.arange(2, alpha + 1, dtype=float)
+    starts.append(pos)
+    pos += len(k)
+    ks.append(k)
+    log_binoms.append(special.gammaln(alpha + 1) - special.gammaln(k + 1)
+                      - special.gammaln(alpha - k + 1))
+  alphas = np.repeat(np.asarray(int_orders, dtype=float),
+                     [int(a) - 1 for a in int_orders])
+  return (np.concatenate(ks), np.concatenate(log_binoms), alphas,
+          np.asarray(starts))
+
+
+def _log_a_minus_1_int_orders(q, sigmas, int_orders, chunk_elems=4_000_000):
+  """log(A_alpha - 1) for integer orders: exact sums, all terms positive.
+
+  Every (order, k) term is laid out in one flat vector so that all orders
+  are summed in one pass; rows are noise multipliers, processed in chunks.
+  Returns an array of shape (len(sigmas), len(int_orders)).
+  """
+  k, log_binom, alphas, starts = _int_order_layout(int_orders)
+  base = log_binom + k * math.log(q) + (alphas - k) * math.log1p(-q)
+  half_kk = (k * k - k) / 2.0
+  out = np.empty((len(sigmas), len(int_orders)))
+  rows = max(1, chunk_elems // len(k))
+  for lo in range(0, len(sigmas), rows):
+    inv_var = 1.0 / sigmas[lo:lo + rows, None] ** 2
+    terms = base + _log_expm1(half_kk * inv_var)
+    peak = np.maximum.reduceat(terms, starts, axis=1)
+    shifted = np.exp(terms - np.repeat(peak, np.diff(np.append(starts, len(k))),
+                                       axis=1))
+    out[lo:lo + rows] = peak + np.log(np.add.reduceat(shifted, starts, axis=1))
+  return out
+
+
+def _log_g(u, alpha):
+  """log((1+u)^alpha - 1 - alpha*u), elementwise, for u > -1."""
+  small = np.abs(u) < 0.01
+  # Taylor branch: sum_{k>=2} C(alpha, k) u^k, all terms summed directly.
+  us = np.where(small, u, 0.0)
+  series = np.zeros_like(u)
+  coef = alpha
+  power = us.copy()
+  for k in range(2, _TAYLOR_TERMS + 2):
+    coef *= (alpha - k + 1) / k
+    power = power * us
+    series += coef * power
+  with np.errstate(divide="ignore"):
+    log_small = np.log(np.maximum(series, 0.0))
+  # Direct branch: L = alpha*log(1+u), then log(e^L - 1 - alpha u).
+  ub = np.where(small, 1.0, u)
+  big_l = alpha * np.log1p(ub)
+  moderate = big_l < 1.0
+  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    direct = np.log(np.maximum(
+        np.expm1(np.where(moderate, big_l, 0.0)) - alpha * ub, 0.0))
+    tail = big_l + np.log1p(-(1.0 + alpha * ub) * np.exp(-big_l))
+  log_big = np.where(moderate, direct, tail)
+  return np.where(small, log_small, log_big)
+
+
+def _log_a_minus_1_frac(q, sigmas, alpha):
+  """log(A_alpha - 1) for a fractional order by trapezoid quadrature."""
+  # Grid step: well inside the analyticity strip (pi s^2) and the
+  # Gaussian width (s); range covers both bumps (z ~ 0 and z ~ alpha).
+  step = np.minimum(sigmas / 3.0, math.pi * sigmas ** 2 / 8.0)
+  lo = -11.0 * sigmas
+  hi = alpha + 11.0 * sigmas
+  n_points = int(np.max(np.ceil((hi - lo) / step))) + 1
+  n_points = min(max(n_points, 64), 400000)
+  grid = np.linspace(0.0, 1.0, n_points)
+  z = lo[:, None] + (hi - lo)[:, None] * grid[None, :]
+  h = (hi - lo) / (n_points - 1)
+  s2 = sigmas[:, None] ** 2
+  u = q * np.expm1((2.0 * z - 1.0) / (2.0 * s2))
+  if q > 0.5:  # 1 + u can approach 0: keep log(1 + u) exact there.
+    u = np.maximum(u, -1.0 + 1e-300)
+  log_density = -z * z / (2.0 * s2) - np.log(sigmas[:, None]
+                                               * math.sqrt(2 * math.pi))
+  log_integrand = _log_g(u, alpha) + log_density
+  return special.logsumexp(log_integrand, axis=1) + np.log(h)
+
+
+def _rdp_per_step(q, sigmas, orders):
+  """RDP of one step, shape (len(sigmas), len(orders))."""
+  sigmas = np.asarray(sigmas, dtype=float)
+  out = np.zeros((len(sigmas), len(orders)))
+  if q == 0:
+    return out
+  for j, alpha in enumerate(orders):
+    if math.isinf(alpha):
+      out[:, j] = np.inf
+    elif q == 1.0:
+      out[:, j] = alpha / (2.0 * sigmas ** 2)
+  if q == 1.0:
+    return out
+  is_int = np.array([not math.isinf(a) and float(a).is_integer()
+                     for a in orders])
+  if np.any(is_int):
+    int_orders = [int(a) for a in orders[is_int]]
+    log_am1 = _log_a_minus_1_int_orders(q, sigmas, int_orders)
+    out[:, is_int] = (np.logaddexp(0.0, log_am1)
+                      / (np.asarray(int_orders, dtype=float) - 1.0))
+  for j, alpha in enumerate(orders):
+    if not is_int[j] and not math.isinf(alpha):
+      log_am1 = _log_a_minus_1_frac(q, sigmas, alpha)
+      out[:, j] = np.logaddexp(0.0, log_am1) / (alpha - 1.0)
+  return out
+
+
+def _orders_array(orders):
+  if orders is None:
+    orders = DEFAULT_ORDERS
+  if np.isscalar(orders):
+    orders = [orders]
+  arr = np.asarray(orders, dtype=float)
+  if arr.ndim != 1 or arr.size == 0 or np.any(np.isnan(arr)) or np.any(
+      arr <= 1):
+    raise ValueError(
+        f"orders must be a non-empty list of Renyi orders > 1 (inf allowed); "
+        f"got {orders!r}.")
+  return arr
+
+
+def compute_rdp(q, noise_multiplier, steps, orders=None):
+  """RDP of ``steps`` compositions of the Poisson-subsampled Gaussian.
+
+  Privacy contract: valid for add/remove-one neighbouring datasets when each
+  record is included independently with probability ``q``, its contribution
+  is clipped to L2 norm ``C``, and N(0, (noise_multiplier*C)^2 I) is added
+  once to the sum of the sample.
+
+  Args:
+    q: Sampling probability in [0, 1].
+    noise_multiplier: Ratio of the noise stddev to the L2 clip norm, > 0.
+    steps: Number of compositions, integer >= 0.
+    orders: Renyi orders > 1 (``inf`` allowed); ``DEFAULT_ORDERS`` if None.
+
+  Returns:
+    A numpy array of RDP values, one per order.
+
+  Raises:
+    ValueError: on an argument outside its domain (named in the message).
+
+  Example:
+    >>> rdp = compute_rdp(0.01, 4.0, 10000, [2, 32])
+  """
+  q = _validation.check_probability("q", q)
+  noise_multiplier = _validation.check_noise_multiplier(
+      "noise_multiplier", noise_multiplier)
+  steps = _validation.check_steps("steps", steps)
+  orders = _orders_array(orders)
+  return _rdp_per_step(q, np.array([noise_multiplier]), orders)[0] * steps
+
+
+def compute_heterogeneous_rdp(events, orders=None):
+  """RDP of a composition of differently parameterised Gaussian steps.
+
+  Args:
+    events: Iterable of ``(q, noise_multiplier, steps)`` triples, each a
+      Poisson-subsampled Gaussian repeated ``steps`` times.
+    orders: Renyi orders; ``DEFAULT_ORDERS`` if None.
+
+  Returns:
+    Array of total RDP per order (the sum over events: RDP composes
+    additively at every order).
+  """
+  orders = _orders_array(orders)
+  groups = {}
+  for q, noise_multiplier, steps in events:
+    q = _validation.check_probability("q", q)
+    sigma = _validation.check_noise_multiplier(
+        "noise_multiplier", noise_multiplier)
+    steps = _validation.check_steps("steps", steps)
+    by_sigma = groups.setdefault(q, {})
+    by_sigma[sigma] = by_sigma.get(sigma, 0) + steps
+  total = np.zeros(len(orders))
+  for q, by_sigma in groups.items():
+    sigmas = np.fromiter(by_sigma.keys(), dtype=float)
+    counts = np.fromiter(by_sigma.values(), dtype=float)
+    per_step = _rdp_per_step(q, sigmas, orders)
+    with np.errstate(invalid="ignore"):
+      contrib = np.where(counts[:, None] > 0, per_step * counts[:, None], 0.0)
+    total += np.sum(contrib, axis=0)
+  return total
