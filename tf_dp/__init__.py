@@ -19,6 +19,26 @@ __version__ = "0.1.0"
 # Public name -> module that defines it.
 _LAZY_NAMES = {
     "analysis": "tf_dp.analysis",
+    "BatchNormStatsQuery": "tf_dp.dp_query",
+    "DPMetricsQuery": "tf_dp.dp_query",
+    "DPQuery": "tf_dp.dp_query",
+    "GaussianSumQuery": "tf_dp.dp_query",
+    "JointClippingQuery": "tf_dp.dp_query",
+    "NestedQuery": "tf_dp.dp_query",
+    "NoPrivacyQuery": "tf_dp.dp_query",
+    "NoPrivacyAverageQuery": "tf_dp.dp_query",
+    "NoPrivacySumQuery": "tf_dp.dp_query",
+    "NormalizedQuery": "tf_dp.dp_query",
+    "QuantileAdaptiveClipSumQuery": "tf_dp.dp_query",
+    "SumAggregationDPQuery": "tf_dp.dp_query",
+    "SumQueryEvent": "tf_dp.dp_query",
+    "NoOpEvent": "tf_dp.dp_query",
+    "build_query": "tf_dp.dp_query",
+    "effective_noise_multiplier": "tf_dp.dp_query",
+    "dp_query": "tf_dp.dp_query",
+    "PrivacyLedger": "tf_dp.privacy_ledger",
+    "QueryWithLedger": "tf_dp.privacy_ledger",
+    "privacy_ledger": "tf_dp.privacy_ledger",
 }
 
 

@@ -25,3 +25,8 @@ from tf_dp.analysis.rdp import DEFAULT_ORDERS
 from tf_dp.analysis.rdp import compute_heterogeneous_rdp
 from tf_dp.analysis.rdp import compute_rdp
 from tf_dp.analysis.rdp_without_replacement import compute_rdp_sample_without_replacement
+from tf_dp.analysis.ledger import compute_epsilon_from_ledger
+from tf_dp.analysis.ledger import compute_rdp_from_ledger
+from tf_dp.analysis.ledger import ledger_events
+from tf_dp.analysis.ledger import sample_noise_multiplier
+from tf_dp.analysis.ledger import to_dp_accounting_events

@@ -1,0 +1,77 @@
+"""DP estimates of batch-normalisation statistics (McMahan & Andrew, Sec. 1).
+
+Each record contributes the per-feature mean of its activations ``a`` (over
+all axes but the last, e.g. spatial positions) and of their squares ``a^2``,
+clipped jointly to L2 norm ``l2_norm_clip``. A Gaussian sum query adds noise
+once; dividing by the public expected number of records gives the mean and
+the second moment, from which ``variance = max(E[a^2] - mean^2, 0)``.
+"""
+
+import collections
+
+import tensorflow as tf
+
+from tf_dp.dp_query import _checks
+from tf_dp.dp_query import dp_query
+from tf_dp.dp_query import gaussian_query
+
+BatchNormStats = collections.namedtuple("BatchNormStats",
+                                        ["sum", "sum_of_squares"])
+
+
+def per_record_moments(activations):
+  """The record of one example: per-feature mean of a and a^2."""
+  a = tf.convert_to_tensor(activations)
+  a = tf.reshape(a, [-1, a.shape[-1]])
+  return BatchNormStats(tf.reduce_mean(a, axis=0),
+                        tf.reduce_mean(tf.square(a), axis=0))
+
+
+class BatchNormStatsQuery(dp_query.SumAggregationDPQuery):
+  """Per-feature mean and variance of activations, with DP.
+
+  Privacy contract: each record's (mean, mean of squares) pair is clipped to
+  L2 norm ``l2_norm_clip``; N(0, stddev^2) is added once to each summed
+  coordinate; event ``SumQueryEvent(l2_norm_clip, stddev)``. Used in a
+  ``NestedQuery`` with the gradient query, it lands in the same ledger sample.
+
+  Args:
+    l2_norm_clip: Joint clip of one record's statistics, >= 0.
+    stddev: Noise stddev >= 0.
+    expected_num_records: Public denominator q * n, > 0.
+    noise_seed: None for OS entropy (default).
+
+  ``get_noised_result`` returns ``{"mean": ..., "variance": ...}``.
+  """
+
+  def __init__(self, l2_norm_clip, stddev, expected_num_records,
+               noise_seed=None):
+    self._sum_query = gaussian_query.GaussianSumQuery(l2_norm_clip, stddev,
+                                                      noise_seed)
+    self._expected = _checks.positive("expected_num_records",
+                                      expected_num_records)
+
+  def initial_global_state(self):
+    return self._sum_query.initial_global_state()
+
+  def derive_sample_params(self, global_state):
+    return self._sum_query.derive_sample_params(global_state)
+
+  def initial_sample_state(self, template=None):
+    if not isinstance(template, BatchNormStats):
+      n = tf.TensorSpec([template.shape[-1]], tf.float32)
+      template = BatchNormStats(n, n)
+    return super().initial_sample_state(template)
+
+  def preprocess_record(self, params, record):
+    if not isinstance(record, BatchNormStats):
+      record = per_record_moments(record)
+    return self._sum_query.preprocess_record(params, record)
+
+  def get_noised_result(self, sample_state, global_state):
+    noised, new_state, event = self._sum_query.get_noised_result(
+        sample_state, global_state)
+    mean = noised.sum / self._expected
+    variance = tf.maximum(noised.sum_of_squares / self._expected
+                          - tf.square(mean), 0.0)
+    return {"mean": mean, "variance": variance}, new_state, event

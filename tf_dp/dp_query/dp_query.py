@@ -1,0 +1,112 @@
+"""The ``DPQuery`` interface: a differentially private aggregate with explicit state.
+
+A query estimates an aggregate (a sum or an average) of records drawn in one
+sample. All state is explicit: every method takes the state it needs and
+returns the new state, so one query runs eagerly, in ``tf.function``, under
+``tf.vectorized_map`` (``preprocess_record``) and per replica under
+``tf.distribute`` (``accumulate``/``merge`` per replica, ``get_noised_result``
+once per global batch).
+
+The life of one sample::
+
+  global_state = query.initial_global_state()          # once
+  params = query.derive_sample_params(global_state)    # per sample
+  sample_state = query.initial_sample_state(template)
+  for record in sample:                                # or vectorised
+    sample_state = query.accumulate_record(params, sample_state, record)
+  result, global_state, event = query.get_noised_result(sample_state,
+                                                        global_state)
+
+Privacy contract of every implementation: ``preprocess_record`` bounds each
+record's contribution (clipping lives there), noise is added only in
+``get_noised_result``, exactly once per sample, and the returned ``event``
+describes exactly the mechanism applied (see ``events.py``).
+"""
+
+import abc
+
+import tensorflow as tf
+
+
+class DPQuery(metaclass=abc.ABCMeta):
+  """Interface of differentially private queries (McMahan & Andrew 2018)."""
+
+  def initial_global_state(self):
+    """Returns the state kept across samples (e.g. clip norm, noise seed)."""
+    return ()
+
+  def derive_sample_params(self, global_state):
+    """Returns the parameters used to process each record of one sample."""
+    del global_state
+    return ()
+
+  @abc.abstractmethod
+  def initial_sample_state(self, template=None):
+    """Returns an empty sample state shaped like ``template`` (a nest of
+    tensors or ``tf.TensorSpec``s with the structure of one record)."""
+
+  def preprocess_record(self, params, record):
+    """Bounds one record's contribution (clips it); pure and per-record."""
+    del params
+    return record
+
+  @abc.abstractmethod
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    """Adds a preprocessed record to the sample state."""
+
+  def accumulate_record(self, params, sample_state, record):
+    """Preprocesses ``record`` and adds it to ``sample_state``."""
+    return self.accumulate_preprocessed_record(
+        sample_state, self.preprocess_record(params, record))
+
+  @abc.abstractmethod
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    """Merges two sample states (e.g. from two replicas or microbatches)."""
+
+  @abc.abstractmethod
+  def get_noised_result(self, sample_state, global_state):
+    """Adds the noise once and returns ``(result, new_global_state, event)``."""
+
+  def derive_metrics(self, global_state):
+    """Returns a dict of public metrics of the global state (e.g. the clip)."""
+    del global_state
+    return {}
+
+
+def check_record_structure(template_like, record, what="record"):
+  """Raises a ValueError naming the mismatch if ``record`` has the wrong nest."""
+  try:
+    tf.nest.assert_same_structure(template_like, record)
+  except (ValueError, TypeError) as e:
+    raise ValueError(
+        f"The {what} does not have the structure the query was built for. "
+        f"Expected the structure of {tf.nest.map_structure(lambda _: '.', template_like)}; "
+        f"got {tf.nest.map_structure(lambda _: '.', record)}. ({e})") from None
+
+
+def zeros_like_template(template):
+  """Zeros with the shapes and dtypes of a nest of tensors or TensorSpecs."""
+
+  def zeros(t):
+    if isinstance(t, tf.TensorSpec):
+      return tf.zeros(t.shape, t.dtype)
+    return tf.zeros_like(t)
+
+  return tf.nest.map_structure(zeros, template)
+
+
+class SumAggregationDPQuery(DPQuery):
+  """Base class for queries whose sample state is a sum of records."""
+
+  def initial_sample_state(self, template=None):
+    return zeros_like_template(template)
+
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    check_record_structure(sample_state, preprocessed_record)
+    return tf.nest.map_structure(
+        lambda s, r: s + tf.cast(r, s.dtype), sample_state,
+        preprocessed_record)
+
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    check_record_structure(sample_state_1, sample_state_2, "sample state")
+    return tf.nest.map_structure(tf.add, sample_state_1, sample_state_2)

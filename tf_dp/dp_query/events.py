@@ -1,0 +1,44 @@
+"""Descriptions of what a mechanism did, returned by ``get_noised_result``.
+
+An event is a plain value object (in the spirit of dp_accounting's events):
+``SumQueryEvent(l2_norm_clip, noise_stddev)`` says that a Gaussian sum query
+clipped each record to ``l2_norm_clip`` and added N(0, noise_stddev^2 I) once
+to the sum; ``NoOpEvent`` says that nothing private was released. Fields may
+be tensors inside a graph. Events nest in tuples for composite queries.
+"""
+
+
+class SumQueryEvent:
+  """A Gaussian sum query with privacy tuple (l2_norm_clip, noise_stddev)."""
+
+  __slots__ = ("l2_norm_clip", "noise_stddev")
+
+  def __init__(self, l2_norm_clip, noise_stddev):
+    self.l2_norm_clip = l2_norm_clip
+    self.noise_stddev = noise_stddev
+
+  def __repr__(self):
+    return (f"SumQueryEvent(l2_norm_clip={self.l2_norm_clip!r}, "
+            f"noise_stddev={self.noise_stddev!r})")
+
+
+class NoOpEvent:
+  """Nothing computed from private data was released."""
+
+  __slots__ = ()
+
+  def __repr__(self):
+    return "NoOpEvent()"
+
+
+def flatten_events(event):
+  """Returns the ``SumQueryEvent`` leaves of a nested event, in order."""
+  if isinstance(event, SumQueryEvent):
+    return [event]
+  if isinstance(event, NoOpEvent) or event is None:
+    return []
+  if isinstance(event, dict):
+    return [e for k in sorted(event) for e in flatten_events(event[k])]
+  if isinstance(event, (list, tuple)):
+    return [e for sub in event for e in flatten_events(sub)]
+  raise TypeError(f"Not a DP event: {event!r}")

@@ -1,0 +1,61 @@
+"""Non-private baselines. They must never look private to the accountant."""
+
+import collections
+import math
+
+import tensorflow as tf
+
+from tf_dp.dp_query import dp_query
+from tf_dp.dp_query import events
+
+NoPrivacyAverageState = collections.namedtuple("NoPrivacyAverageState",
+                                               ["sum", "count"])
+
+
+def _non_private_event():
+  # No clipping and no noise: noise multiplier 0, which every accountant
+  # turns into epsilon = infinity.
+  return events.SumQueryEvent(tf.constant(math.inf), tf.constant(0.0))
+
+
+class NoPrivacySumQuery(dp_query.SumAggregationDPQuery):
+  """Plain sum of the records. No clipping, no noise.
+
+  Privacy contract: none. The event is a sum query with infinite clip and
+  zero noise, so a ledger that recorded it reports epsilon = inf.
+  """
+
+  def get_noised_result(self, sample_state, global_state):
+    return sample_state, global_state, _non_private_event()
+
+
+class NoPrivacyAverageQuery(dp_query.DPQuery):
+  """Plain average of the records (sum / count), for non-private baselines.
+
+  Privacy contract: none (epsilon = inf if recorded in a ledger).
+  """
+
+  def initial_sample_state(self, template=None):
+    return NoPrivacyAverageState(dp_query.zeros_like_template(template),
+                                 tf.constant(0.0))
+
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    dp_query.check_record_structure(sample_state.sum, preprocessed_record)
+    total = tf.nest.map_structure(lambda s, r: s + tf.cast(r, s.dtype),
+                                  sample_state.sum, preprocessed_record)
+    return NoPrivacyAverageState(total, sample_state.count + 1.0)
+
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    return NoPrivacyAverageState(
+        tf.nest.map_structure(tf.add, sample_state_1.sum, sample_state_2.sum),
+        sample_state_1.count + sample_state_2.count)
+
+  def get_noised_result(self, sample_state, global_state):
+    count = tf.maximum(sample_state.count, 1.0)
+    result = tf.nest.map_structure(lambda s: s / tf.cast(count, s.dtype),
+                                   sample_state.sum)
+    return result, global_state, _non_private_event()
+
+
+# Alias with the name used in the design documents.
+NoPrivacyQuery = NoPrivacyAverageQuery

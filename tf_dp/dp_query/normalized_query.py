@@ -1,0 +1,67 @@
+"""Average with a fixed expected denominator (McMahan et al. 2018's f_f)."""
+
+import collections
+
+import tensorflow as tf
+
+from tf_dp.dp_query import _checks
+from tf_dp.dp_query import dp_query
+
+NormalizedState = collections.namedtuple(
+    "NormalizedState", ["numerator_state", "denominator"])
+
+
+class NormalizedQuery(dp_query.DPQuery):
+  """Divides the noised result of a sum query by a fixed ``denominator``.
+
+  With Poisson sampling at rate q from n records, ``denominator = q * n``
+  gives an unbiased estimate of the average (McMahan & Andrew 2018, Sec. 1).
+  The denominator is public (it does not depend on the sample), so the
+  division is post-processing: the privacy contract and the event are those
+  of ``numerator_query``.
+
+  Args:
+    numerator_query: A sum query (e.g. ``GaussianSumQuery``).
+    denominator: Expected number of records per sample, > 0.
+  """
+
+  def __init__(self, numerator_query, denominator):
+    self._numerator = numerator_query
+    self._denominator = _checks.positive(
+        "denominator", denominator,
+        " It is the expected number of records per sample (q * n).")
+
+  @property
+  def numerator_query(self):
+    return self._numerator
+
+  def initial_global_state(self):
+    return NormalizedState(self._numerator.initial_global_state(),
+                           tf.constant(self._denominator, tf.float32))
+
+  def derive_sample_params(self, global_state):
+    return self._numerator.derive_sample_params(global_state.numerator_state)
+
+  def initial_sample_state(self, template=None):
+    return self._numerator.initial_sample_state(template)
+
+  def preprocess_record(self, params, record):
+    return self._numerator.preprocess_record(params, record)
+
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    return self._numerator.accumulate_preprocessed_record(
+        sample_state, preprocessed_record)
+
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    return self._numerator.merge_sample_states(sample_state_1, sample_state_2)
+
+  def get_noised_result(self, sample_state, global_state):
+    noised_sum, numerator_state, event = self._numerator.get_noised_result(
+        sample_state, global_state.numerator_state)
+    result = tf.nest.map_structure(
+        lambda x: x / tf.cast(global_state.denominator, x.dtype), noised_sum)
+    return result, global_state._replace(numerator_state=numerator_state), (
+        event)
+
+  def derive_metrics(self, global_state):
+    return self._numerator.derive_metrics(global_state.numerator_state)

@@ -1,0 +1,113 @@
+"""Adaptive clipping: track a quantile of the record norms privately.
+
+Andrew, Thakkar, McMahan & Ramaswamy (2021), "Differentially private
+learning with adaptive clipping". Each record contributes its clipped value
+to a Gaussian sum query (clip C, stddev z*C) and the bit
+``b = 1{||x|| <= C} - 1/2`` to a second Gaussian sum query (sensitivity 1/2,
+stddev ``clipped_count_stddev``). The noised bits estimate the fraction of
+unclipped records; the clip moves geometrically towards the target quantile:
+``C <- C * exp(-eta * (unclipped_fraction - target_unclipped_quantile))``.
+
+Privacy contract: two Gaussian sum queries on the same sample, both in the
+event, so the ledger composes them by McMahan & Andrew's eq. (1): the
+effective noise multiplier is ``(z^-2 + (2 * clipped_count_stddev)^-2)^-1/2``
+(Andrew et al., Thm. 1).
+"""
+
+import collections
+
+import tensorflow as tf
+
+from tf_dp.dp_query import _checks
+from tf_dp.dp_query import clipping
+from tf_dp.dp_query import dp_query
+from tf_dp.dp_query import events
+from tf_dp.dp_query import noise
+
+AdaptiveClipState = collections.namedtuple(
+    "AdaptiveClipState",
+    ["l2_norm_clip", "noise_multiplier", "clipped_count_stddev",
+     "noise_seed"])
+AdaptiveClipSample = collections.namedtuple("AdaptiveClipSample",
+                                            ["sum", "unclipped_bits"])
+
+
+class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
+  """Gaussian sum query whose clip adapts to a target quantile of norms.
+
+  Args:
+    initial_l2_norm_clip: Starting clip C_0 > 0.
+    noise_multiplier: z; the sum's noise stddev is z * C at every step.
+    target_unclipped_quantile: gamma in [0, 1], e.g. 0.5 for the median.
+    learning_rate: eta > 0 of the geometric update.
+    clipped_count_stddev: Noise stddev on the sum of bits (sensitivity 1/2).
+      Andrew et al. suggest expected_num_records / 20.
+    expected_num_records: q * n, the public denominator of the fraction.
+    noise_seed: None for OS entropy (default).
+  """
+
+  def __init__(self, initial_l2_norm_clip, noise_multiplier,
+               target_unclipped_quantile, learning_rate, clipped_count_stddev,
+               expected_num_records, noise_seed=None):
+    self._clip = _checks.positive("initial_l2_norm_clip",
+                                  initial_l2_norm_clip)
+    self._z = _checks.non_negative("noise_multiplier", noise_multiplier)
+    self._target = _checks.non_negative("target_unclipped_quantile",
+                                        target_unclipped_quantile)
+    if self._target > 1:
+      raise ValueError("target_unclipped_quantile must lie in [0, 1]; got "
+                       f"{target_unclipped_quantile!r}.")
+    self._lr = _checks.positive("learning_rate", learning_rate)
+    self._count_stddev = _checks.non_negative("clipped_count_stddev",
+                                              clipped_count_stddev)
+    self._expected = _checks.positive("expected_num_records",
+                                      expected_num_records)
+    self._noise_seed = noise_seed
+
+  def initial_global_state(self):
+    return AdaptiveClipState(
+        tf.constant(self._clip), tf.constant(self._z),
+        tf.constant(self._count_stddev),
+        noise.new_noise_seed(self._noise_seed))
+
+  def derive_sample_params(self, global_state):
+    return global_state.l2_norm_clip
+
+  def initial_sample_state(self, template=None):
+    return AdaptiveClipSample(dp_query.zeros_like_template(template),
+                              tf.constant(0.0))
+
+  def preprocess_record(self, params, record):
+    clipped, norm = clipping.clip_by_global_l2_norm(record, params)
+    unclipped = tf.cast(norm <= tf.cast(params, norm.dtype), tf.float32)
+    return AdaptiveClipSample(clipped, unclipped - 0.5)
+
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    dp_query.check_record_structure(sample_state.sum, preprocessed_record.sum)
+    return tf.nest.map_structure(lambda s, r: s + tf.cast(r, s.dtype),
+                                 sample_state, preprocessed_record)
+
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    return tf.nest.map_structure(tf.add, sample_state_1, sample_state_2)
+
+  def get_noised_result(self, sample_state, global_state):
+    clip = global_state.l2_norm_clip
+    stddev = global_state.noise_multiplier * clip
+    seed = global_state.noise_seed
+    noised_sum = noise.add_gaussian_noise(
+        sample_state.sum, stddev,
+        tf.random.experimental.stateless_fold_in(seed, 0))
+    noised_bits = noise.add_gaussian_noise(
+        sample_state.unclipped_bits, global_state.clipped_count_stddev,
+        tf.random.experimental.stateless_fold_in(seed, 1))
+    unclipped_fraction = noised_bits / self._expected + 0.5
+    new_clip = clip * tf.exp(-self._lr * (unclipped_fraction - self._target))
+    new_state = global_state._replace(l2_norm_clip=new_clip,
+                                      noise_seed=noise.advance(seed))
+    event = (events.SumQueryEvent(clip, stddev),
+             events.SumQueryEvent(tf.constant(0.5),
+                                  global_state.clipped_count_stddev))
+    return noised_sum, new_state, event
+
+  def derive_metrics(self, global_state):
+    return {"l2_norm_clip": global_state.l2_norm_clip}

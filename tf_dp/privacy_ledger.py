@@ -1,0 +1,259 @@
+"""The privacy ledger: what every mechanism did, in ``tf.Variable`` buffers.
+
+McMahan & Andrew (2018), Sec. 5: the ledger keeps **sampling events** (how a
+sample of records was drawn: population size, selection probability, Poisson
+or fixed-size sampling, examples per record) and, for each sample, its
+**sum-query events** (L2 clip, noise stddev). The accountant reads the ledger
+after training (``tf_dp.analysis.compute_rdp_from_ledger``), so bugs in the
+training or configuration code cannot change the privacy calculation, and the
+ledger can be re-processed by a better accountant later.
+
+Buffers are preallocated (``max_samples`` rows) and written with
+``scatter_nd_update`` plus a count, which works eagerly, in ``tf.function``,
+in ``model.fit`` graphs and under ``jit_compile=True``. A sample that would
+not fit is not written, and the ``dropped_samples`` counter records it: the
+accountant then refuses to compute epsilon. Nothing is ever dropped silently.
+"""
+
+import json
+
+import numpy as np
+import tensorflow as tf
+
+from tf_dp.dp_query import dp_query
+from tf_dp.dp_query import events as events_lib
+
+SAMPLING_METHODS = ("poisson", "fixed_size")
+LEDGER_FORMAT = "tf_dp.privacy_ledger/1"
+
+
+class PrivacyLedger(tf.Module):
+  """Records sampling and Gaussian sum-query events in TF variables.
+
+  Args:
+    population_size: Number of records n in the private dataset.
+    selection_probability: Probability q that a record is in a sample
+      (Poisson), or the sample size divided by n (fixed-size).
+    sampling: ``"poisson"`` (each record independently with probability q)
+      or ``"fixed_size"`` (a uniformly random fixed-size batch, e.g. shuffled
+      batches; accounted under replace-one neighbours).
+    examples_per_record: 1, or the microbatch size when a record is a
+      microbatch.
+    max_samples: Capacity in samples (steps). Size it for the whole run.
+    max_queries_per_sample: Capacity in sum queries per sample on average.
+    name: Module name.
+
+  Example:
+    >>> ledger = PrivacyLedger(60000, 256 / 60000)
+  """
+
+  def __init__(self, population_size, selection_probability,
+               sampling="poisson", examples_per_record=1, max_samples=100000,
+               max_queries_per_sample=4, name="privacy_ledger"):
+    super().__init__(name=name)
+    if not (isinstance(population_size, (int, np.integer))
+            and population_size >= 1):
+      raise ValueError("population_size must be an integer >= 1 (the number "
+                       f"of records); got {population_size!r}.")
+    if not 0 <= float(selection_probability) <= 1:
+      raise ValueError("selection_probability must lie in [0, 1]; got "
+                       f"{selection_probability!r}.")
+    if sampling not in SAMPLING_METHODS:
+      raise ValueError(f"sampling must be one of {SAMPLING_METHODS}; got "
+                       f"{sampling!r}.")
+    if not (isinstance(examples_per_record, (int, np.integer))
+            and examples_per_record >= 1):
+      raise ValueError("examples_per_record must be an integer >= 1; got "
+                       f"{examples_per_record!r}.")
+    if int(max_samples) < 1 or int(max_queries_per_sample) < 1:
+      raise ValueError("max_samples and max_queries_per_sample must be >= 1.")
+    f64 = tf.float64
+    self.population_size = tf.Variable(float(population_size), dtype=f64,
+                                       trainable=False, name="population_size")
+    self.selection_probability = tf.Variable(
+        float(selection_probability), dtype=f64, trainable=False,
+        name="selection_probability")
+    self.examples_per_record = tf.Variable(
+        float(examples_per_record), dtype=f64, trainable=False,
+        name="examples_per_record")
+    self._sampling_code = tf.Variable(float(SAMPLING_METHODS.index(sampling)),
+                                      dtype=f64, trainable=False,
+                                      name="sampling_code")
+    self._max_samples = int(max_samples)
+    self._max_queries = int(max_samples) * int(max_queries_per_sample)
+    # Sample rows: population_size, selection_probability, sampling code,
+    # examples_per_record. Query rows: sample index, l2_norm_clip, stddev.
+    self._samples = tf.Variable(tf.zeros([self._max_samples, 4], f64),
+                                trainable=False, name="samples")
+    self._queries = tf.Variable(tf.zeros([self._max_queries, 3], f64),
+                                trainable=False, name="queries")
+    self._sample_count = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                     name="sample_count")
+    self._query_count = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                    name="query_count")
+    self._dropped_samples = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                        name="dropped_samples")
+
+  @property
+  def sampling(self):
+    return SAMPLING_METHODS[int(self._sampling_code.numpy())]
+
+  @property
+  def max_samples(self):
+    return self._max_samples
+
+  def set_sample_size(self, population_size=None, selection_probability=None):
+    """Changes n or q for the samples recorded from now on."""
+    if population_size is not None:
+      self.population_size.assign(float(population_size))
+    if selection_probability is not None:
+      self.selection_probability.assign(float(selection_probability))
+
+  def record_sample(self, sum_query_events):
+    """Records one sample and its Gaussian sum queries (graph-safe).
+
+    Args:
+      sum_query_events: A nested event from ``get_noised_result``.
+
+    Returns:
+      A boolean tensor: True if written, False if the ledger was full (then
+      ``dropped_samples`` was incremented and epsilon cannot be computed).
+    """
+    flat = events_lib.flatten_events(sum_query_events)
+    num_queries = len(flat)
+    sample_index = self._sample_count.read_value()
+    query_start = self._query_count.read_value()
+    fits = tf.logical_and(sample_index < self._max_samples,
+                          query_start + num_queries <= self._max_queries)
+
+    def write():
+      row = tf.stack([self.population_size, self.selection_probability,
+                      self._sampling_code, self.examples_per_record])
+      self._samples.scatter_nd_update(tf.reshape(sample_index, [1, 1]),
+                                      row[None])
+      if num_queries:
+        rows = tf.stack([tf.stack([tf.cast(sample_index, tf.float64),
+                                   tf.cast(e.l2_norm_clip, tf.float64),
+                                   tf.cast(e.noise_stddev, tf.float64)])
+                         for e in flat])
+        indices = tf.reshape(query_start + tf.range(num_queries), [-1, 1])
+        self._queries.scatter_nd_update(indices, rows)
+        self._query_count.assign_add(num_queries)
+      self._sample_count.assign_add(1)
+      return tf.constant(True)
+
+    def drop():
+      self._dropped_samples.assign_add(1)
+      return tf.constant(False)
+
+    return tf.cond(fits, write, drop)
+
+  def to_dict(self):
+    """The ledger as plain Python data (eager only); see ``from_dict``."""
+    n_samples = int(self._sample_count.numpy())
+    n_queries = int(self._query_count.numpy())
+    samples = self._samples.numpy()[:n_samples]
+    queries = self._queries.numpy()[:n_queries]
+    out = []
+    for row in samples:
+      out.append({
+          "population_size": int(round(row[0])),
+          "selection_probability": float(row[1]),
+          "sampling": SAMPLING_METHODS[int(row[2])],
+          "examples_per_record": int(round(row[3])),
+          "sum_queries": [],
+      })
+    for index, clip, stddev in queries:
+      out[int(index)]["sum_queries"].append(
+          {"l2_norm_clip": float(clip), "noise_stddev": float(stddev)})
+    return {"format": LEDGER_FORMAT,
+            "dropped_samples": int(self._dropped_samples.numpy()),
+            "samples": out}
+
+  def to_json(self):
+    return json.dumps(self.to_dict())
+
+  @classmethod
+  def from_dict(cls, data, max_samples=None):
+    """Rebuilds a ledger (eagerly) from ``to_dict()`` output."""
+    if data.get("format") != LEDGER_FORMAT:
+      raise ValueError(f"Not a tf_dp ledger export: format={data.get('format')!r}.")
+    samples = data["samples"]
+    first = samples[0] if samples else {
+        "population_size": 1, "selection_probability": 0.0,
+        "sampling": "poisson", "examples_per_record": 1}
+    n_queries = max([len(s["sum_queries"]) for s in samples] + [1])
+    ledger = cls(first["population_size"], first["selection_probability"],
+                 first["sampling"], first["examples_per_record"],
+                 max_samples=max_samples or max(len(samples), 1),
+                 max_queries_per_sample=n_queries)
+    for s in samples:
+      ledger.population_size.assign(float(s["population_size"]))
+      ledger.selection_probability.assign(s["selection_probability"])
+      ledger._sampling_code.assign(float(SAMPLING_METHODS.index(s["sampling"])))  # pylint: disable=protected-access
+      ledger.examples_per_record.assign(float(s["examples_per_record"]))
+      ledger.record_sample([events_lib.SumQueryEvent(q["l2_norm_clip"],
+                                                     q["noise_stddev"])
+                            for q in s["sum_queries"]])
+    ledger._dropped_samples.assign(int(data.get("dropped_samples", 0)))  # pylint: disable=protected-access
+    return ledger
+
+  @classmethod
+  def from_json(cls, text, max_samples=None):
+    return cls.from_dict(json.loads(text), max_samples)
+
+
+class QueryWithLedger(dp_query.DPQuery):
+  """Wraps a query so that each noised result records one ledger sample.
+
+  Privacy contract: that of the wrapped query; in addition, every call of
+  ``get_noised_result`` writes one sampling event (with the ledger's current
+  n, q, sampling method and examples per record) and every Gaussian sum
+  query of the returned event, after the noise has been added.
+  """
+
+  def __init__(self, query, ledger):
+    if not isinstance(query, dp_query.DPQuery):
+      raise TypeError(f"query must be a DPQuery; got {query!r}.")
+    if not isinstance(ledger, PrivacyLedger):
+      raise TypeError(f"ledger must be a PrivacyLedger; got {ledger!r}.")
+    self._query = query
+    self._ledger = ledger
+
+  @property
+  def query(self):
+    return self._query
+
+  @property
+  def ledger(self):
+    return self._ledger
+
+  def initial_global_state(self):
+    return self._query.initial_global_state()
+
+  def derive_sample_params(self, global_state):
+    return self._query.derive_sample_params(global_state)
+
+  def initial_sample_state(self, template=None):
+    return self._query.initial_sample_state(template)
+
+  def preprocess_record(self, params, record):
+    return self._query.preprocess_record(params, record)
+
+  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+    return self._query.accumulate_preprocessed_record(sample_state,
+                                                      preprocessed_record)
+
+  def merge_sample_states(self, sample_state_1, sample_state_2):
+    return self._query.merge_sample_states(sample_state_1, sample_state_2)
+
+  def get_noised_result(self, sample_state, global_state):
+    result, new_state, event = self._query.get_noised_result(sample_state,
+                                                             global_state)
+    written = self._ledger.record_sample(event)
+    with tf.control_dependencies([written]):
+      result = tf.nest.map_structure(tf.identity, result)
+    return result, new_state, event
+
+  def derive_metrics(self, global_state):
+    return self._query.derive_metrics(global_state)
