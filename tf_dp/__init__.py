@@ -19,6 +19,9 @@ __version__ = "0.1.0"
 # Public name -> module that defines it.
 _LAZY_NAMES = {
     "analysis": "tf_dp.analysis",
+    "keras": "tf_dp.keras",
+    "DPOptimizer": "tf_dp.keras.optimizer",
+    "make_private": "tf_dp.keras.private_model",
     "BatchNormStatsQuery": "tf_dp.dp_query",
     "DPMetricsQuery": "tf_dp.dp_query",
     "DPQuery": "tf_dp.dp_query",

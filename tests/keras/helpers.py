@@ -1,0 +1,78 @@
+"""Shared helpers for the Keras tests: flavours, small models, references."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_dp.keras import compat
+
+
+def keras_modules():
+  mods = []
+  if compat.keras3() is not None:
+    mods.append(pytest.param(compat.keras3(), id="keras3"))
+  if compat.keras2() is not None:
+    mods.append(pytest.param(compat.keras2(), id="keras2"))
+  return mods
+
+
+def build_model(K, kind, seed=0):
+  """A small model of the given kind with deterministic initial weights."""
+  init = K.initializers.GlorotUniform(seed=seed)
+  if kind == "dense":
+    layers = [K.layers.Input((6,)), K.layers.Dense(5, activation="tanh",
+                                                   kernel_initializer=init),
+              K.layers.Dense(3, kernel_initializer=init)]
+  elif kind == "conv":
+    layers = [K.layers.Input((8, 8, 1)),
+              K.layers.Conv2D(2, 3, activation="tanh",
+                              kernel_initializer=init),
+              K.layers.Flatten(), K.layers.Dense(3, kernel_initializer=init)]
+  elif kind == "embedding":
+    layers = [K.layers.Input((5,), dtype="int32"),
+              K.layers.Embedding(10, 4, embeddings_initializer=init),
+              K.layers.Flatten(), K.layers.Dense(3, kernel_initializer=init)]
+  elif kind == "rnn":
+    layers = [K.layers.Input((5, 3)),
+              K.layers.SimpleRNN(
+                  4, kernel_initializer=init,
+                  recurrent_initializer=K.initializers.Orthogonal(seed=seed)),
+              K.layers.Dense(3, kernel_initializer=init)]
+  else:
+    raise ValueError(kind)
+  return K.Sequential(layers)
+
+
+def make_data(kind, n, seed=0):
+  rng = np.random.default_rng(seed)
+  if kind == "dense":
+    x = rng.normal(size=(n, 6)).astype("float32")
+  elif kind == "conv":
+    x = rng.normal(size=(n, 8, 8, 1)).astype("float32")
+  elif kind == "embedding":
+    x = rng.integers(0, 10, size=(n, 5)).astype("int32")
+  else:
+    x = rng.normal(size=(n, 5, 3)).astype("float32")
+  y = rng.integers(0, 3, size=(n,)).astype("int32")
+  return x, y
+
+
+def reference_update(model, x, y, clip, lr, microbatch=1):
+  """One DP-SGD step (no noise) by a Python loop: clip each record, average."""
+  loss_fn = lambda yt, yp: tf.keras.backend.sparse_categorical_crossentropy(
+      yt, yp, from_logits=True)
+  variables = model.trainable_variables
+  total = [np.zeros(v.shape, np.float64) for v in variables]
+  n_records = len(x) // microbatch
+  for i in range(n_records):
+    xi = x[i * microbatch:(i + 1) * microbatch]
+    yi = y[i * microbatch:(i + 1) * microbatch]
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(loss_fn(yi, model(xi, training=False)))
+    grads = [np.asarray(tf.convert_to_tensor(g), np.float64)
+             for g in tape.gradient(loss, variables)]
+    norm = np.sqrt(sum(np.sum(g * g) for g in grads))
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    total = [t + g * scale for t, g in zip(total, grads)]
+  return [np.asarray(v.numpy(), np.float64) - lr * t / n_records
+          for v, t in zip(variables, total)]

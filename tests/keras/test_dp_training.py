@@ -1,0 +1,258 @@
+"""DP-SGD training with make_private + DPOptimizer on every Keras flavour."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tests.keras import helpers
+
+KERAS = helpers.keras_modules()
+KINDS = ["dense", "conv", "embedding", "rnn"]
+
+
+def compile_dp(K, model, n, clip, noise, lr=1.0, **kwargs):
+  model = tf_dp.keras.make_private(model)
+  model.compile(
+      optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(lr), l2_norm_clip=clip,
+                                  noise_multiplier=noise, population_size=n,
+                                  **kwargs),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+def weights(model):
+  return [np.asarray(v.numpy(), np.float64)
+          for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_noise_huge_clip_equals_plain_sgd(K, kind):
+  x, y = helpers.make_data(kind, 8)
+  plain = helpers.build_model(K, kind)
+  plain.compile(optimizer=K.optimizers.SGD(1.0),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  dp = helpers.build_model(K, kind)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    dp = compile_dp(K, dp, 8, clip=1e6, noise=0.0)
+  plain.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  dp.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(weights(plain), weights(dp)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_small_clip_equals_per_example_loop(K, kind):
+  x, y = helpers.make_data(kind, 8, seed=1)
+  model = helpers.build_model(K, kind)
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
+  with pytest.warns(UserWarning):
+    model = compile_dp(K, model, 8, clip=0.05, noise=0.0)
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_microbatches_equal_loop_over_microbatch_means(K):
+  x, y = helpers.make_data("dense", 12, seed=2)
+  model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0,
+                                      microbatch=3)
+  with pytest.warns(UserWarning):
+    model = compile_dp(K, model, 12, clip=0.05, noise=0.0, num_microbatches=4)
+  model.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+  sample = model.optimizer.ledger.to_dict()["samples"][0]
+  assert sample["examples_per_record"] == 3
+  assert sample["selection_probability"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_gradient_accumulation_adds_noise_once_per_lot(K):
+  x, y = helpers.make_data("dense", 12, seed=3)
+  model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
+  with pytest.warns(UserWarning):
+    model = compile_dp(K, model, 12, clip=0.05, noise=0.0,
+                       gradient_accumulation_steps=3)
+  model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert len(samples) == 1  # one lot of 3 batches, one ledger sample.
+  assert samples[0]["selection_probability"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_update_noise_stddev(K):
+  # Zero inputs give zero gradients for the 6x5 kernel, so each step's
+  # kernel update is pure noise with stddev lr * C * z / B. 40 steps x 30
+  # entries = 1200 draws: the sample stddev has relative sd 1/sqrt(2400) =
+  # 2%; the tolerance of 8% is 4 sd. Steps must also be uncorrelated.
+  n, batch, clip, z = 400, 10, 2.0, 1.5
+  x = np.zeros((n, 6), "float32")
+  y = np.zeros((n,), "int32")
+  model = compile_dp(K, helpers.build_model(K, "dense"), n, clip=clip,
+                     noise=z, lr=1.0)
+  kernel = model.trainable_variables[0]
+  deltas = []
+
+  class Record(K.callbacks.Callback):
+
+    def on_train_batch_begin(self, batch, logs=None):
+      self.before = kernel.numpy().copy()
+
+    def on_train_batch_end(self, batch, logs=None):
+      deltas.append((kernel.numpy() - self.before).ravel())
+
+  model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+            callbacks=[Record()])
+  deltas = np.array(deltas)
+  assert deltas.shape == (n // batch, 30)
+  assert np.std(deltas) == pytest.approx(clip * z / batch, rel=0.08)
+  # Fresh noise each step: lag-1 correlation of 1170 pairs, sd ~ 0.03.
+  lag1 = np.corrcoef(deltas[:-1].ravel(), deltas[1:].ravel())[0, 1]
+  assert abs(lag1) < 0.12
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_ledger_matches_compute_dp_sgd_privacy(K):
+  x, y = helpers.make_data("dense", 64)
+  model = compile_dp(K, helpers.build_model(K, "dense"), 64, clip=1.0,
+                     noise=1.1, lr=0.1)
+  model.fit(x, y, batch_size=16, epochs=3, verbose=0)
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(model.optimizer.ledger,
+                                                      1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      64, 16, 1.1, 3, 1e-5, sampling="without_replacement")
+  assert eps == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_regularization_is_added_outside_the_clipped_sum(K):
+  x, y = helpers.make_data("dense", 8)
+  reg = 0.5
+  init = K.initializers.GlorotUniform(seed=0)
+  model = K.Sequential([K.layers.Input((6,)),
+                        K.layers.Dense(3, kernel_initializer=init,
+                                       kernel_regularizer=K.regularizers.L2(
+                                           reg))])
+  ref = K.Sequential([K.layers.Input((6,)),
+                      K.layers.Dense(3, kernel_initializer=init)])
+  expected = helpers.reference_update(ref, x, y, clip=0.01, lr=1.0)
+  kernel0 = model.trainable_variables[0].numpy()
+  expected[0] -= 2 * reg * kernel0  # d/dW of reg * ||W||^2, unclipped.
+  with pytest.warns(UserWarning):
+    model = compile_dp(K, model, 8, clip=0.01, noise=0.0)
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_dropout_draws_one_mask_per_example(K):
+  model = K.Sequential([K.layers.Input((50,)), K.layers.Dropout(0.5)])
+  tf_dp.keras.make_private(model)
+  out = tf.vectorized_map(lambda xi: model(xi[None], training=True)[0],
+                          tf.ones([8, 50]))
+  assert len({tuple(row) for row in out.numpy()}) == 8
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_batch_norm_is_refused_with_both_fixes(K):
+  model = K.Sequential([K.layers.Input((4,)), K.layers.Dense(3),
+                        K.layers.BatchNormalization()])
+  with pytest.raises(ValueError, match="GroupNormalization.*BatchNormStatsQuery"):
+    tf_dp.keras.make_private(model)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_unconverted_model_fails_at_first_step_with_the_fix(K):
+  x, y = helpers.make_data("dense", 8)
+  model = helpers.build_model(K, "dense")
+  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
+                                            population_size=8),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  before = weights(model)
+  with pytest.raises(Exception, match="make_private"):
+    model.fit(x, y, batch_size=8, verbose=0)
+  for a, b in zip(before, weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_private_model_with_plain_optimizer_is_refused(K):
+  x, y = helpers.make_data("dense", 8)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=K.optimizers.SGD(0.1),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(Exception, match="DPOptimizer"):
+    model.fit(x, y, batch_size=8, verbose=0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_batch_not_divisible_into_microbatches_is_a_clear_error(K):
+  x, y = helpers.make_data("dense", 10)
+  model = compile_dp(K, helpers.build_model(K, "dense"), 10, clip=1.0,
+                     noise=1.0, num_microbatches=4)
+  with pytest.raises(Exception, match="does not divide into num_microbatches"):
+    model.fit(x, y, batch_size=10, verbose=0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_scalar_loss_is_refused(K):
+  x, y = helpers.make_data("dense", 8)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
+                                            population_size=8),
+                loss=lambda yt, yp: tf.reduce_mean(tf.square(yp)))
+  with pytest.raises(Exception, match="one loss per example"):
+    model.fit(x, y, batch_size=8, verbose=0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(l2_norm_clip=-1.0, noise_multiplier=1.0, population_size=10),
+     "l2_norm_clip"),
+    (dict(l2_norm_clip=1.0, noise_multiplier=-1.0, population_size=10),
+     "noise_multiplier"),
+    (dict(l2_norm_clip=1.0, noise_multiplier=1.0), "population_size"),
+    (dict(l2_norm_clip=1.0, noise_multiplier=1.0, population_size=10,
+          num_microbatches=0), "num_microbatches"),
+    (dict(l2_norm_clip=1.0, noise_multiplier=1.0, population_size=10,
+          gradient_accumulation_steps=0), "gradient_accumulation_steps"),
+    (dict(l2_norm_clip=1.0, noise_multiplier=1.0, population_size=10,
+          sampling="poisson"), "sampling_probability"),
+])
+def test_invalid_optimizer_arguments(kwargs, match):
+  K = helpers.keras_modules()[0].values[0]
+  with pytest.raises(ValueError, match=match):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), **kwargs)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("opt", ["Adam", "Adagrad", "RMSprop"])
+def test_wraps_any_optimizer(K, opt):
+  x, y = helpers.make_data("dense", 16)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(getattr(K.optimizers, opt)(0.01),
+                                            1.0, 1.0, population_size=16),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  before = weights(model)
+  model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+  assert not np.allclose(before[0], weights(model)[0])
+  assert int(model.optimizer.iterations.numpy()) == 2
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_config_round_trip(K):
+  opt = tf_dp.DPOptimizer(K.optimizers.Adam(0.01), 1.5, 0.9,
+                          population_size=100, num_microbatches=2)
+  clone = type(opt).from_config(opt.get_config())
+  assert clone.dp_config == opt.dp_config
+  assert type(clone.inner_optimizer) is type(opt.inner_optimizer)

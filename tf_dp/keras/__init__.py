@@ -1,0 +1,5 @@
+"""Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks."""
+
+from tf_dp.keras.optimizer import DPOptimizer
+from tf_dp.keras.private_model import is_private
+from tf_dp.keras.private_model import make_private

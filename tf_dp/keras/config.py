@@ -1,0 +1,100 @@
+"""Validated configuration of a DP optimizer (shared by every Keras flavour)."""
+
+import dataclasses
+import math
+import numbers
+import warnings
+from typing import Any, Optional
+
+from tf_dp.privacy_ledger import PrivacyLedger
+
+SAMPLINGS = ("fixed_size", "poisson")
+
+
+@dataclasses.dataclass
+class DPConfig:
+  """What DP-SGD does; see ``tf_dp.keras.DPOptimizer`` for the arguments."""
+  l2_norm_clip: Optional[float]
+  noise_multiplier: Optional[float]
+  num_microbatches: Optional[int] = None
+  gradient_accumulation_steps: int = 1
+  dp_query: Any = None
+  ledger: Optional[PrivacyLedger] = None
+  population_size: Optional[int] = None
+  sampling: str = "fixed_size"
+  sampling_probability: Optional[float] = None
+  clipping: str = "flat"
+  noise_allocation: str = "proportional"
+  max_lots: int = 100000
+
+  def __post_init__(self):
+    if self.dp_query is None:
+      if (not isinstance(self.l2_norm_clip, numbers.Real)
+          or math.isnan(self.l2_norm_clip) or self.l2_norm_clip <= 0
+          or math.isinf(self.l2_norm_clip)):
+        raise ValueError(
+            f"l2_norm_clip must be a finite number > 0; got "
+            f"{self.l2_norm_clip!r}. Typical values are 0.1 to 10: the "
+            f"median per-example gradient norm is a good start.")
+      if (not isinstance(self.noise_multiplier, numbers.Real)
+          or math.isnan(self.noise_multiplier) or self.noise_multiplier < 0
+          or math.isinf(self.noise_multiplier)):
+        raise ValueError(
+            f"noise_multiplier must be a finite number >= 0; got "
+            f"{self.noise_multiplier!r}. Use "
+            f"tf_dp.analysis.compute_noise_multiplier to pick one for a "
+            f"target epsilon.")
+      if self.noise_multiplier == 0:
+        warnings.warn("noise_multiplier=0 adds no noise: the ledger will "
+                      "report epsilon = inf.", UserWarning, stacklevel=3)
+    if self.num_microbatches is not None and (
+        isinstance(self.num_microbatches, bool)
+        or not isinstance(self.num_microbatches, numbers.Integral)
+        or self.num_microbatches < 1):
+      raise ValueError(f"num_microbatches must be None or an integer >= 1; "
+                       f"got {self.num_microbatches!r}.")
+    if (isinstance(self.gradient_accumulation_steps, bool)
+        or not isinstance(self.gradient_accumulation_steps, numbers.Integral)
+        or self.gradient_accumulation_steps < 1):
+      raise ValueError(f"gradient_accumulation_steps must be an integer >= 1;"
+                       f" got {self.gradient_accumulation_steps!r}.")
+    if self.sampling not in SAMPLINGS:
+      raise ValueError(f"sampling must be one of {SAMPLINGS}; got "
+                       f"{self.sampling!r}.")
+    if self.ledger is not None:
+      if not isinstance(self.ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a tf_dp.PrivacyLedger; got "
+                        f"{self.ledger!r}.")
+      self.population_size = int(self.ledger.population_size.numpy())
+      self.sampling = self.ledger.sampling
+      if self.sampling == "poisson" and self.sampling_probability is None:
+        self.sampling_probability = float(
+            self.ledger.selection_probability.numpy())
+    if (isinstance(self.population_size, bool)
+        or not isinstance(self.population_size, numbers.Integral)
+        or self.population_size < 1):
+      raise ValueError(
+          f"population_size must be the number of training examples (an "
+          f"integer >= 1); got {self.population_size!r}. tf_dp needs it to "
+          f"account privacy: DPOptimizer(..., population_size=len(x_train)).")
+    if self.sampling == "poisson":
+      if self.sampling_probability is None or not (
+          0 < self.sampling_probability <= 1):
+        raise ValueError(
+            "sampling='poisson' needs sampling_probability in (0, 1] (the q "
+            "of tf_dp.data.poisson_sampled_batches); got "
+            f"{self.sampling_probability!r}.")
+      if self.num_microbatches is not None:
+        raise ValueError(
+            "num_microbatches cannot be combined with sampling='poisson': "
+            "Poisson-sampled examples do not form fixed microbatches. Use "
+            "sampling='fixed_size' with microbatches.")
+
+  def to_dict(self):
+    out = dataclasses.asdict(self)
+    for key in ("dp_query", "ledger"):
+      if out[key] is not None:
+        raise ValueError(f"A DPOptimizer with a custom {key} cannot be "
+                         f"serialised to a config; rebuild it in code.")
+      del out[key]
+    return out

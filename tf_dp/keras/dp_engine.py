@@ -1,0 +1,163 @@
+"""The DP-SGD step shared by every Keras flavour (Abadi et al. 2016, Alg. 1).
+
+For each batch: per-record gradients, clipping by the ``DPQuery``
+(``preprocess_record``), and accumulation of the clipped sum. When a lot of
+``gradient_accumulation_steps`` batches is complete: noise is added once by
+``get_noised_result`` (which records one ledger sample), the sum is divided
+by the lot's number of records, the public regularisation gradient is added,
+and the wrapped optimizer applies the result.
+
+State (the query's global state, the lot's running sum, counters) lives in
+``tf.Variable``s owned by this module, so it is checkpointed with the
+optimizer and works inside ``model.fit`` graphs.
+"""
+
+import tensorflow as tf
+
+from tf_dp.dp_query import allocation
+from tf_dp.dp_query import dp_query as dp_query_lib
+from tf_dp.keras import per_example
+from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.privacy_ledger import QueryWithLedger
+
+
+def _variables_like(structure, name):
+  return tf.nest.map_structure(
+      lambda t: tf.Variable(t, trainable=False, name=name), structure)
+
+
+def _read(variables):
+  return tf.nest.map_structure(lambda v: v.read_value(), variables)
+
+
+def _assign(variables, values):
+  return tf.group(tf.nest.flatten(tf.nest.map_structure(
+      lambda v, x: v.assign(tf.cast(x, v.dtype)), variables, values)))
+
+
+class DPEngine(tf.Module):
+  """Clipping, accumulation, noise and ledger for one optimizer."""
+
+  def __init__(self, config):
+    super().__init__(name="tf_dp_engine")
+    self.config = config
+    self.ledger = config.ledger or PrivacyLedger(
+        config.population_size,
+        config.sampling_probability or 1.0 / config.population_size,
+        sampling=config.sampling,
+        examples_per_record=1, max_samples=config.max_lots)
+    self._query = None
+    self._built = False
+
+  @property
+  def query(self):
+    return self._query
+
+  @property
+  def built(self):
+    return self._built
+
+  def build(self, var_list):
+    """Creates the query and its state variables for ``var_list``."""
+    if self._built:
+      return
+    cfg = self.config
+    templates = [tf.zeros(v.shape, v.dtype) for v in var_list]
+    query = cfg.dp_query
+    if query is None:
+      query = allocation.build_query(templates, cfg.l2_norm_clip,
+                                     cfg.noise_multiplier,
+                                     clipping=cfg.clipping,
+                                     noise=cfg.noise_allocation)
+    if not isinstance(query, QueryWithLedger):
+      query = QueryWithLedger(query, self.ledger)
+    self._query = query
+    self.global_state = _variables_like(query.initial_global_state(),
+                                        "dp_global_state")
+    self._templates = [tf.TensorSpec(v.shape, v.dtype) for v in var_list]
+    self.lot_state = _variables_like(query.initial_sample_state(templates),
+                                     "dp_lot_state")
+    self.lot_records = tf.Variable(0.0, trainable=False, name="lot_records")
+    self.lot_examples = tf.Variable(0.0, trainable=False, name="lot_examples")
+    self.batches_in_lot = tf.Variable(0, trainable=False, name="batches_in_lot")
+    self._built = True
+
+  def accumulate(self, model, loss_fn, x, y, sample_weight):
+    """Adds the batch's clipped per-record gradients to the lot.
+
+    Returns ``(y_pred, per_example_losses)`` for metrics.
+    """
+    cfg = self.config
+    grads, y_pred, losses = per_example.record_gradients(
+        model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
+    params = self._query.derive_sample_params(_read(self.global_state))
+    clipped = tf.vectorized_map(
+        lambda g: self._query.preprocess_record(params, g), grads,
+        fallback_to_while_loop=True)
+    batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
+                                      clipped)
+    lot = self._query.accumulate_preprocessed_record(_read(self.lot_state),
+                                                     batch_sum)
+    records = tf.cast(tf.shape(tf.nest.flatten(grads)[0])[0], tf.float32)
+    examples = tf.cast(tf.shape(losses)[0], tf.float32)
+    if sample_weight is not None and cfg.sampling == "poisson":
+      examples = tf.reduce_sum(tf.cast(sample_weight > 0, tf.float32))
+    return y_pred, losses, lot, records, examples
+
+  def finish_lot(self, lot, records, examples):
+    """Noises the lot's sum once, records it, and returns the mean gradient."""
+    cfg = self.config
+    if cfg.sampling == "poisson":
+      denominator = tf.constant(cfg.sampling_probability
+                                * cfg.population_size, tf.float32)
+    else:
+      self.ledger.selection_probability.assign(
+          tf.cast(examples, tf.float64) / float(cfg.population_size))
+      if cfg.num_microbatches is not None:
+        self.ledger.examples_per_record.assign(
+            tf.cast(examples / records, tf.float64))
+      denominator = records
+    result, new_global, _ = self._query.get_noised_result(
+        lot, _read(self.global_state))
+    update = _assign(self.global_state, new_global)
+    with tf.control_dependencies([update]):
+      return [tf.identity(r) / tf.cast(denominator, r.dtype)
+              for r in tf.nest.flatten(result)]
+
+  def step(self, model, loss_fn, x, y, sample_weight, apply_fn):
+    """One batch: accumulate, and on the lot's last batch noise and apply.
+
+    ``apply_fn(mean_gradients)`` applies the private mean gradient.
+    Returns ``(y_pred, per_example_losses)``.
+    """
+    k = self.config.gradient_accumulation_steps
+    y_pred, losses, lot, records, examples = self.accumulate(
+        model, loss_fn, x, y, sample_weight)
+    records = self.lot_records + records
+    examples = self.lot_examples + examples
+    if k == 1:
+      apply_fn(self.finish_lot(lot, records, examples))
+      return y_pred, losses
+
+    def finish():
+      apply_fn(self.finish_lot(lot, records, examples))
+      empty = self._query.initial_sample_state(self._templates)
+      return tf.group(_assign(self.lot_state, empty),
+                      self.lot_records.assign(0.0),
+                      self.lot_examples.assign(0.0),
+                      self.batches_in_lot.assign(0))
+
+    def keep():
+      return tf.group(_assign(self.lot_state, lot),
+                      self.lot_records.assign(records),
+                      self.lot_examples.assign(examples),
+                      self.batches_in_lot.assign_add(1))
+
+    done = tf.cond(self.batches_in_lot >= k - 1, finish, keep)
+    with tf.control_dependencies([done]):
+      return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
+
+
+def check_query(query):
+  if query is not None and not isinstance(query, dp_query_lib.DPQuery):
+    raise TypeError(f"dp_query must be a tf_dp DPQuery; got {query!r}.")

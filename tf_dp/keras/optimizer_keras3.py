@@ -1,0 +1,77 @@
+"""``DPOptimizer`` for Keras 3 (``keras`` >= 3, ``tf.keras`` on TF >= 2.16)."""
+
+import keras
+
+from tf_dp.keras import config as config_lib
+from tf_dp.keras import dp_engine
+from tf_dp.keras import optimizer as optimizer_lib
+
+
+@keras.saving.register_keras_serializable(package="tf_dp")
+class DPOptimizerKeras3(keras.optimizers.Optimizer):
+  """A Keras 3 optimizer that applies DP-SGD around ``inner_optimizer``.
+
+  Build it with ``tf_dp.DPOptimizer``; see there for the privacy contract.
+  It only accepts private gradients from a model converted with
+  ``tf_dp.keras.make_private``; ``apply_gradients`` with summed gradients
+  raises.
+  """
+
+  def __init__(self, inner_optimizer, dp_config, name=None):
+    super().__init__(learning_rate=0.0,
+                     name=name or f"dp_{inner_optimizer.name}")
+    self.inner_optimizer = inner_optimizer
+    self.dp_config = dp_config
+    self.dp_engine = dp_engine.DPEngine(dp_config)
+
+  @property
+  def ledger(self):
+    return self.dp_engine.ledger
+
+  def build(self, var_list):
+    self.inner_optimizer.build(var_list)
+    self.dp_engine.build(var_list)
+    super().build(var_list)
+
+  @property
+  def variables(self):
+    return self._variables + self.inner_optimizer.variables
+
+  @property
+  def learning_rate(self):
+    return self.inner_optimizer.learning_rate
+
+  @learning_rate.setter
+  def learning_rate(self, learning_rate):
+    self.inner_optimizer.learning_rate = learning_rate
+
+  @property
+  def iterations(self):
+    return self.inner_optimizer.iterations
+
+  def apply(self, grads, trainable_variables=None):
+    raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
+
+  def ensure_built(self, var_list):
+    if not self.dp_engine.built:
+      self.build(var_list)
+
+  def apply_private_gradients(self, grads, trainable_variables):
+    """Applies already clipped and noised mean gradients (internal)."""
+    self.inner_optimizer.apply(grads, trainable_variables)
+
+  def finalize_variable_values(self, var_list):
+    self.inner_optimizer.finalize_variable_values(var_list)
+
+  def get_config(self):
+    return {"name": self.name,
+            "inner_optimizer": keras.saving.serialize_keras_object(
+                self.inner_optimizer),
+            "dp_config": self.dp_config.to_dict()}
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    inner = keras.saving.deserialize_keras_object(
+        config["inner_optimizer"], custom_objects=custom_objects)
+    return cls(inner, config_lib.DPConfig(**config["dp_config"]),
+               name=config.get("name"))
