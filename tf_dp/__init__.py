@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 _LAZY_NAMES = {
     "analysis": "tf_dp.analysis",
     "keras": "tf_dp.keras",
+    "data": "tf_dp.data",
+    "PrivacyBudget": "tf_dp.keras.callbacks",
     "DPOptimizer": "tf_dp.keras.optimizer",
     "make_private": "tf_dp.keras.private_model",
     "BatchNormStatsQuery": "tf_dp.dp_query",

@@ -257,3 +257,12 @@ class QueryWithLedger(dp_query.DPQuery):
 
   def derive_metrics(self, global_state):
     return self._query.derive_metrics(global_state)
+
+  def supports_record_scales(self):
+    return self._query.supports_record_scales()
+
+  def record_scales(self, params, sq_norms):
+    return self._query.record_scales(params, sq_norms)
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    return self._query.preprocessed_sum(scaled_sum, extra_sum)

@@ -28,16 +28,20 @@ def weights(model):
           for v in model.trainable_variables]
 
 
+METHODS = ["fast", "vectorized"]
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_no_noise_huge_clip_equals_plain_sgd(K, kind):
+@pytest.mark.parametrize("method", METHODS)
+def test_no_noise_huge_clip_equals_plain_sgd(K, kind, method):
   x, y = helpers.make_data(kind, 8)
   plain = helpers.build_model(K, kind)
   plain.compile(optimizer=K.optimizers.SGD(1.0),
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
   dp = helpers.build_model(K, kind)
   with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    dp = compile_dp(K, dp, 8, clip=1e6, noise=0.0)
+    dp = compile_dp(K, dp, 8, clip=1e6, noise=0.0, per_example_method=method)
   plain.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
   dp.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
   for a, b in zip(weights(plain), weights(dp)):
@@ -46,25 +50,29 @@ def test_no_noise_huge_clip_equals_plain_sgd(K, kind):
 
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_small_clip_equals_per_example_loop(K, kind):
+@pytest.mark.parametrize("method", METHODS)
+def test_small_clip_equals_per_example_loop(K, kind, method):
   x, y = helpers.make_data(kind, 8, seed=1)
   model = helpers.build_model(K, kind)
   expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
   with pytest.warns(UserWarning):
-    model = compile_dp(K, model, 8, clip=0.05, noise=0.0)
+    model = compile_dp(K, model, 8, clip=0.05, noise=0.0,
+                       per_example_method=method)
   model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
   for a, b in zip(expected, weights(model)):
     np.testing.assert_allclose(b, a, atol=1e-6)
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_microbatches_equal_loop_over_microbatch_means(K):
+@pytest.mark.parametrize("method", METHODS)
+def test_microbatches_equal_loop_over_microbatch_means(K, method):
   x, y = helpers.make_data("dense", 12, seed=2)
   model = helpers.build_model(K, "dense")
   expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0,
                                       microbatch=3)
   with pytest.warns(UserWarning):
-    model = compile_dp(K, model, 12, clip=0.05, noise=0.0, num_microbatches=4)
+    model = compile_dp(K, model, 12, clip=0.05, noise=0.0, num_microbatches=4,
+                       per_example_method=method)
   model.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
   for a, b in zip(expected, weights(model)):
     np.testing.assert_allclose(b, a, atol=1e-6)

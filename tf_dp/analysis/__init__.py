@@ -30,3 +30,4 @@ from tf_dp.analysis.ledger import compute_rdp_from_ledger
 from tf_dp.analysis.ledger import ledger_events
 from tf_dp.analysis.ledger import sample_noise_multiplier
 from tf_dp.analysis.ledger import to_dp_accounting_events
+from tf_dp.analysis.budget import max_additional_steps

@@ -29,6 +29,17 @@ def global_l2_norm(record):
   return safe * tf.sqrt(sum_sq) * tf.cast(max_abs > 0, dtype)
 
 
+def scale_from_squared_norm(sq_norm, l2_norm_clip):
+  """The factor ``clip_by_global_l2_norm`` applies, from squared norms.
+
+  ``min(1, C / norm)``, and 0 where the norm is not finite.
+  """
+  norm = tf.sqrt(tf.maximum(sq_norm, 0.0))
+  clip = tf.cast(l2_norm_clip, norm.dtype)
+  scale = tf.where(norm > clip, clip / tf.where(norm > 0, norm, 1.0), 1.0)
+  return tf.where(tf.math.is_finite(norm), scale, tf.zeros_like(scale))
+
+
 def clip_by_global_l2_norm(record, l2_norm_clip):
   """Clips ``record`` to L2 norm ``l2_norm_clip``; zeros it if non-finite.
 

@@ -72,6 +72,33 @@ class DPQuery(metaclass=abc.ABCMeta):
     del global_state
     return {}
 
+  # Optional: clipping from norms (the fast per-example path).
+  def supports_record_scales(self):
+    """True if ``record_scales`` and ``preprocessed_sum`` are implemented."""
+    return False
+
+  def record_scales(self, params, sq_norms):
+    """Per-record scale factors from per-record squared norms.
+
+    Args:
+      params: From ``derive_sample_params``.
+      sq_norms: A nest shaped like one record whose leaves are ``[R]``
+        tensors: the squared L2 norm of that leaf for each of R records
+        (all finite).
+
+    Returns:
+      ``(scales, extra)``: ``scales`` shaped like ``sq_norms`` such that
+      ``preprocess_record`` of record r multiplies its leaf by
+      ``scales[leaf][r]``; ``extra`` a nest of ``[R]`` per-record values
+      (e.g. clipping indicators) summed over records for
+      ``preprocessed_sum``.
+    """
+    raise NotImplementedError
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    """The sum of preprocessed records from the scaled sum and extra sums."""
+    raise NotImplementedError
+
 
 def check_record_structure(template_like, record, what="record"):
   """Raises a ValueError naming the mismatch if ``record`` has the wrong nest."""

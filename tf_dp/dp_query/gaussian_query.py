@@ -75,3 +75,16 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
 
   def derive_metrics(self, global_state):
     return {"l2_norm_clip": global_state.l2_norm_clip}
+
+  def supports_record_scales(self):
+    return True
+
+  def record_scales(self, params, sq_norms):
+    scale = clipping.scale_from_squared_norm(
+        tf.add_n([tf.cast(s, tf.float32) for s in tf.nest.flatten(sq_norms)]),
+        params)
+    return tf.nest.map_structure(lambda _: scale, sq_norms), ()
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    del extra_sum
+    return scaled_sum

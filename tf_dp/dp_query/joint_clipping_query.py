@@ -49,3 +49,8 @@ class JointClippingQuery(gaussian_query.GaussianSumQuery):
     result, new_state, event = super().get_noised_result(sample_state,
                                                          global_state)
     return self._apply_scales(result, lambda x, a: x * a), new_state, event
+
+  def record_scales(self, params, sq_norms):
+    scaled_sq = self._apply_scales(sq_norms, lambda s, a: s / (a * a))
+    joint, extra = super().record_scales(params, scaled_sq)
+    return self._apply_scales(joint, lambda c, a: c / a), extra

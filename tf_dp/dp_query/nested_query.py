@@ -87,3 +87,18 @@ class NestedQuery(dp_query.DPQuery):
       for name, value in q.derive_metrics(s).items():
         metrics[f"{name}/{i}" if len(flat_q) > 1 else name] = value
     return metrics
+
+  def supports_record_scales(self):
+    return all(q.supports_record_scales()
+               for q in tf.nest.flatten(self._queries))
+
+  def record_scales(self, params, sq_norms):
+    pairs = self._map(lambda q, p, s: q.record_scales(p, s), params, sq_norms)
+    flat = nest_utils.flatten_up_to(self._queries, pairs)
+    scales = tf.nest.pack_sequence_as(self._queries, [f[0] for f in flat])
+    extra = tf.nest.pack_sequence_as(self._queries, [f[1] for f in flat])
+    return scales, extra
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    return self._map(lambda q, s, e: q.preprocessed_sum(s, e), scaled_sum,
+                     extra_sum)

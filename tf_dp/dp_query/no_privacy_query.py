@@ -39,11 +39,30 @@ class NoPrivacyAverageQuery(dp_query.DPQuery):
     return NoPrivacyAverageState(dp_query.zeros_like_template(template),
                                  tf.constant(0.0))
 
+  def preprocess_record(self, params, record):
+    # The count travels with the record, so sums of preprocessed records
+    # (as the training engine forms them) keep the right count.
+    return NoPrivacyAverageState(record, tf.constant(1.0))
+
   def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
-    dp_query.check_record_structure(sample_state.sum, preprocessed_record)
+    if not isinstance(preprocessed_record, NoPrivacyAverageState):
+      preprocessed_record = self.preprocess_record((), preprocessed_record)
+    dp_query.check_record_structure(sample_state.sum, preprocessed_record.sum)
     total = tf.nest.map_structure(lambda s, r: s + tf.cast(r, s.dtype),
-                                  sample_state.sum, preprocessed_record)
-    return NoPrivacyAverageState(total, sample_state.count + 1.0)
+                                  sample_state.sum, preprocessed_record.sum)
+    return NoPrivacyAverageState(
+        total, sample_state.count + tf.cast(preprocessed_record.count,
+                                            tf.float32))
+
+  def supports_record_scales(self):
+    return True
+
+  def record_scales(self, params, sq_norms):
+    ones = tf.ones_like(tf.nest.flatten(sq_norms)[0])
+    return tf.nest.map_structure(lambda _: ones, sq_norms), ones
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    return NoPrivacyAverageState(scaled_sum, extra_sum)
 
   def merge_sample_states(self, sample_state_1, sample_state_2):
     return NoPrivacyAverageState(

@@ -65,3 +65,12 @@ class NormalizedQuery(dp_query.DPQuery):
 
   def derive_metrics(self, global_state):
     return self._numerator.derive_metrics(global_state.numerator_state)
+
+  def supports_record_scales(self):
+    return self._numerator.supports_record_scales()
+
+  def record_scales(self, params, sq_norms):
+    return self._numerator.record_scales(params, sq_norms)
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    return self._numerator.preprocessed_sum(scaled_sum, extra_sum)

@@ -111,3 +111,16 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
 
   def derive_metrics(self, global_state):
     return {"l2_norm_clip": global_state.l2_norm_clip}
+
+  def supports_record_scales(self):
+    return True
+
+  def record_scales(self, params, sq_norms):
+    total = tf.add_n([tf.cast(s, tf.float32)
+                      for s in tf.nest.flatten(sq_norms)])
+    scale = clipping.scale_from_squared_norm(total, params)
+    unclipped = tf.cast(tf.sqrt(total) <= params, tf.float32) - 0.5
+    return tf.nest.map_structure(lambda _: scale, sq_norms), unclipped
+
+  def preprocessed_sum(self, scaled_sum, extra_sum):
+    return AdaptiveClipSample(scaled_sum, extra_sum)

@@ -1,5 +1,6 @@
 """Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks."""
 
+from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.keras.private_model import is_private
 from tf_dp.keras.private_model import make_private

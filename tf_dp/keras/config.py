@@ -9,6 +9,7 @@ from typing import Any, Optional
 from tf_dp.privacy_ledger import PrivacyLedger
 
 SAMPLINGS = ("fixed_size", "poisson")
+PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
 
 
 @dataclasses.dataclass
@@ -26,6 +27,7 @@ class DPConfig:
   clipping: str = "flat"
   noise_allocation: str = "proportional"
   max_lots: int = 100000
+  per_example_method: str = "auto"
 
   def __post_init__(self):
     if self.dp_query is None:
@@ -58,6 +60,9 @@ class DPConfig:
         or self.gradient_accumulation_steps < 1):
       raise ValueError(f"gradient_accumulation_steps must be an integer >= 1;"
                        f" got {self.gradient_accumulation_steps!r}.")
+    if self.per_example_method not in PER_EXAMPLE_METHODS:
+      raise ValueError(f"per_example_method must be one of "
+                       f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
     if self.sampling not in SAMPLINGS:
       raise ValueError(f"sampling must be one of {SAMPLINGS}; got "
                        f"{self.sampling!r}.")

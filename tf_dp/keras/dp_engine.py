@@ -12,11 +12,13 @@ State (the query's global state, the lot's running sum, counters) lives in
 optimizer and works inside ``model.fit`` graphs.
 """
 
+from absl import logging
 import tensorflow as tf
 
 from tf_dp.dp_query import allocation
 from tf_dp.dp_query import dp_query as dp_query_lib
 from tf_dp.keras import per_example
+from tf_dp.keras.fast import clipped_sum as fast_clipping
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 
@@ -88,21 +90,53 @@ class DPEngine(tf.Module):
     Returns ``(y_pred, per_example_losses)`` for metrics.
     """
     cfg = self.config
-    grads, y_pred, losses = per_example.record_gradients(
-        model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
     params = self._query.derive_sample_params(_read(self.global_state))
-    clipped = tf.vectorized_map(
-        lambda g: self._query.preprocess_record(params, g), grads,
-        fallback_to_while_loop=True)
-    batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
-                                      clipped)
+    fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight, params)
+    if fast is not None:
+      batch_sum, y_pred, losses, records = fast
+    else:
+      grads, y_pred, losses = per_example.record_gradients(
+          model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
+      clipped = tf.vectorized_map(
+          lambda g: self._query.preprocess_record(params, g), grads,
+          fallback_to_while_loop=True)
+      batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
+                                        clipped)
+      records = tf.shape(tf.nest.flatten(grads)[0])[0]
     lot = self._query.accumulate_preprocessed_record(_read(self.lot_state),
                                                      batch_sum)
-    records = tf.cast(tf.shape(tf.nest.flatten(grads)[0])[0], tf.float32)
+    records = tf.cast(records, tf.float32)
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
     if sample_weight is not None and cfg.sampling == "poisson":
       examples = tf.reduce_sum(tf.cast(sample_weight > 0, tf.float32))
     return y_pred, losses, lot, records, examples
+
+  def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params):
+    """The fast path's result, or None (after logging why) to fall back."""
+    method = self.config.per_example_method
+    if method == "vectorized":
+      return None
+    reason = fast_clipping.fast_path_unavailable_reason(model, self._query)
+    if reason is None:
+      if self.config.num_microbatches is not None:
+        per_example.split_into_records(tf.nest.flatten(x)[0],
+                                       self.config.num_microbatches)
+      try:
+        result = fast_clipping.clipped_batch_sum(
+            model, loss_fn, x, y, sample_weight, self._query, params,
+            self.config.num_microbatches)
+        logging.log_first_n(
+            logging.INFO, "tf_dp fast clipping plan: %s", 1,
+            fast_clipping.clipping_plan(model))
+        return result
+      except fast_clipping.FastPathUnavailable as e:
+        reason = str(e)
+    if method == "fast":
+      raise ValueError(f"per_example_method='fast' is unavailable: {reason}.")
+    logging.log_first_n(
+        logging.WARNING, "tf_dp: per-example gradients with "
+        "tf.vectorized_map (slower) because %s.", 1, reason)
+    return None
 
   def finish_lot(self, lot, records, examples):
     """Noises the lot's sum once, records it, and returns the mean gradient."""

@@ -30,7 +30,7 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
                 dp_query=None, ledger=None, population_size=None,
                 sampling="fixed_size", sampling_probability=None,
                 clipping="flat", noise_allocation="proportional",
-                max_lots=100000, name=None):
+                max_lots=100000, per_example_method="auto", name=None):
   """Wraps a Keras optimizer so that it trains with DP-SGD.
 
   Privacy contract: for each record (one example, or one microbatch of
@@ -68,6 +68,12 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       ``"dimension_adjusted"``; ``"proportional"`` or
       ``"dimensionality_adjusted"``.
     max_lots: Ledger capacity (number of lots in the whole run).
+    per_example_method: ``"auto"`` (default): per-record norms from one
+      batched pass with ghost norms and per-layer rules
+      (``tf_dp.keras.fast``) when the model and query allow it, otherwise
+      per-example gradients with ``tf.vectorized_map`` (logged with the
+      reason); ``"fast"`` (error if unavailable); ``"vectorized"``. All give
+      the same clipped sum (to float rounding).
     name: Optional name.
 
   Returns:
@@ -84,7 +90,7 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       dp_query=dp_query, ledger=ledger, population_size=population_size,
       sampling=sampling, sampling_probability=sampling_probability,
       clipping=clipping, noise_allocation=noise_allocation,
-      max_lots=max_lots)
+      max_lots=max_lots, per_example_method=per_example_method)
   flavor = compat.flavor_of(inner)
   if flavor == "keras3":
     from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,8 @@
+"""Fast per-example clipping: ghost norms and per-layer rules (issue: speed).
+
+See ``clipped_sum.py`` for the algorithm and ``rules.py`` for the registry.
+"""
+
+from tf_dp.keras.fast.clipped_sum import clipping_plan
+from tf_dp.keras.fast.clipped_sum import fast_path_unavailable_reason
+from tf_dp.keras.fast.rules import register_rule

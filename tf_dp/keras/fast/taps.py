@@ -1,0 +1,75 @@
+"""Record what each trainable layer sees and produces in one batched forward.
+
+``TapSession`` patches ``call`` on the instances of the given layers for the
+duration of a ``with`` block. A layer with a rule whose ``pre_activation`` is
+true is run with its activation switched off, so the recorded output is the
+pre-activation ``z`` (its gradient is what ghost norms need); the activation
+is then applied outside. Every other layer records its inputs and outputs as
+they are, plus the call arguments, so that its per-record gradients can be
+recomputed locally.
+"""
+
+import tensorflow as tf
+
+
+class Tap:
+  """What one call of one layer recorded."""
+
+  def __init__(self, layer, args, kwargs, output):
+    self.layer = layer
+    self.args = args
+    self.kwargs = kwargs
+    self.output = output
+
+
+class TapSession:
+  """Context manager: patch the layers' ``call`` and collect their taps."""
+
+  def __init__(self, layers, pre_activation):
+    self._layers = layers
+    self._pre_activation = pre_activation
+    self.taps = {}
+    self.call_counts = {}
+    self._originals = {}
+
+  def _make_call(self, layer, original):
+    def call(*args, **kwargs):
+      self.call_counts[id(layer)] = self.call_counts.get(id(layer), 0) + 1
+      if self._pre_activation.get(id(layer)):
+        activation = layer.activation
+        layer.activation = None
+        try:
+          z = original(*args, **kwargs)
+        finally:
+          layer.activation = activation
+        self.taps[id(layer)] = Tap(layer, args, kwargs, z)
+        return z if activation is None else activation(z)
+      out = original(*args, **kwargs)
+      self.taps[id(layer)] = Tap(layer, args, kwargs, out)
+      return out
+    return call
+
+  def original_call(self, layer):
+    return self._originals[id(layer)]
+
+  def __enter__(self):
+    for layer in self._layers:
+      had_instance_call = "call" in layer.__dict__
+      original = layer.call
+      self._originals[id(layer)] = (original, had_instance_call)
+      layer.call = self._make_call(layer, original)
+    return self
+
+  def __exit__(self, *exc):
+    for layer in self._layers:
+      original, had_instance_call = self._originals[id(layer)]
+      if had_instance_call:
+        layer.call = original
+      else:
+        del layer.call
+    return False
+
+
+def tensors_of(tap):
+  """The tap's positional tensor inputs (a flat list)."""
+  return [a for a in tf.nest.flatten(tap.args) if tf.is_tensor(a)]
