@@ -59,7 +59,7 @@ def _kernel_sq_norm(a, g, use_ghost):
     aa = tf.matmul(a, a, transpose_b=True)
     gg = tf.matmul(g, g, transpose_b=True)
     return tf.reduce_sum(aa * gg, axis=[1, 2])
-  per_record = tf.einsum("rtk,rtc->rkc", a, g)
+  per_record = tf.matmul(a, g, transpose_a=True)  # [r, k, c]
   return tf.reduce_sum(tf.square(per_record), axis=[1, 2])
 
 
@@ -100,10 +100,15 @@ class _LinearRule:
   def clipped_sums(self, state, scales, keep):
     layer = state["layer"]
     a, g = _mask(state["a"], keep), _mask(state["g"], keep)
-    kernel = tf.einsum("rtk,rtc,r->kc", a, g, scales[0])
+    # Scale the output gradients first, then one (r t)-contraction matmul:
+    # a three-operand einsum would materialise an [r, t, k, c] tensor.
+    g_scaled = g * scales[0][:, None, None]
+    k, c = tf.shape(a)[-1], tf.shape(g)[-1]
+    kernel = tf.matmul(tf.reshape(a, [-1, k]), tf.reshape(g_scaled, [-1, c]),
+                       transpose_a=True)
     out = [tf.reshape(kernel, tf.shape(layer.kernel))]
     if len(scales) > 1:
-      out.append(tf.einsum("rtc,r->c", g, scales[1]))
+      out.append(tf.reduce_sum(g * scales[1][:, None, None], axis=[0, 1]))
     return out
 
 
@@ -205,7 +210,7 @@ class LayerNormalizationRule:
     return [tf.reduce_sum(tf.square(p), 1) for p in state["per_record"]]
 
   def clipped_sums(self, state, scales, keep):
-    return [tf.einsum("rd,r->d", _mask(p, keep), s)
+    return [tf.reduce_sum(_mask(p, keep) * s[:, None], 0)
             for p, s in zip(state["per_record"], scales)]
 
 

@@ -1,0 +1,103 @@
+"""PrivacyBudget callback, Poisson training, and a real MNIST run."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tf_dp
+from tests.keras import helpers
+
+KERAS = helpers.keras_modules()
+
+
+def dense_model(K, n, **kwargs):
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1),
+                                            population_size=n, **kwargs),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_logs_epsilon_each_epoch(K):
+  x, y = helpers.make_data("dense", 64)
+  model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5)
+  history = model.fit(x, y, batch_size=16, epochs=3, verbose=0,
+                      callbacks=[budget])
+  eps = history.history["epsilon"]
+  assert len(eps) == 3 and eps[0] < eps[1] < eps[2]
+  for epoch, value in enumerate(eps, start=1):
+    expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+        64, 16, 2.0, epoch, 1e-5, sampling="without_replacement")
+    assert value == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_stops_before_target_is_exceeded(K):
+  x, y = helpers.make_data("dense", 64)
+  model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
+  target = 10.0  # one lot costs 3.27 here (fixed-size sampling, q = 1/4).
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=target)
+  model.fit(x, y, batch_size=16, epochs=50, verbose=0, callbacks=[budget])
+  lots = len(model.optimizer.ledger.to_dict()["samples"])
+  eps = budget.epsilon()
+  assert eps <= target and not budget.exceeded
+  # One more lot would have exceeded the target.
+  more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="without_replacement")
+  assert more > target
+  assert 1 < lots < 50 * 4
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_reports_when_the_first_lot_already_exceeds(K):
+  x, y = helpers.make_data("dense", 64)
+  model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=3.0)
+  model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[budget])
+  assert budget.exceeded
+  assert len(model.optimizer.ledger.to_dict()["samples"]) == 1
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_poisson_training_records_poisson_samples(K):
+  x, y = helpers.make_data("dense", 200)
+  q = 0.1
+  model = dense_model(K, 200, l2_norm_clip=1.0, noise_multiplier=1.0,
+                      sampling="poisson", sampling_probability=q)
+  data = tf_dp.data.poisson_sampled_batches(x, y, q, 20, seed=3)
+  model.fit(data, epochs=1, verbose=0)
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(200, 20, 1.0, 2, 1e-5)
+  assert eps == pytest.approx(expected, rel=1e-5)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert {s["sampling"] for s in samples} == {"poisson"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K", KERAS[:1])
+def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):
+  (x, y), (xt, yt) = tf_dp.data.load_mnist()
+  n = 20000
+  x = (x[:n].reshape(n, -1) / 255.0).astype("float32")
+  y = y[:n].astype("int32")
+  xt = (xt[:2000].reshape(2000, -1) / 255.0).astype("float32")
+  yt = yt[:2000].astype("int32")
+  model = tf_dp.keras.make_private(K.Sequential([
+      K.layers.Input((784,)), K.layers.Dense(128, activation="relu"),
+      K.layers.Dense(10)]))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.1,
+      population_size=n), loss=K.losses.SparseCategoricalCrossentropy(
+          from_logits=True), metrics=["accuracy"])
+  model.fit(x, y, batch_size=250, epochs=2, verbose=0)
+  _, accuracy = model.evaluate(xt, yt, verbose=0)
+  assert accuracy > 0.8  # chance is 0.1
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      n, 250, 1.1, 2, 1e-5, sampling="without_replacement")
+  assert eps == pytest.approx(expected, rel=1e-5) and math.isfinite(eps)
