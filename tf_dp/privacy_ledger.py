@@ -69,30 +69,30 @@ class PrivacyLedger(tf.Module):
       raise ValueError("max_samples and max_queries_per_sample must be >= 1.")
     f64 = tf.float64
     self.population_size = tf.Variable(float(population_size), dtype=f64,
-                                       trainable=False, name="population_size")
+                                       trainable=False, name=f"{name}/population_size")
     self.selection_probability = tf.Variable(
         float(selection_probability), dtype=f64, trainable=False,
-        name="selection_probability")
+        name=f"{name}/selection_probability")
     self.examples_per_record = tf.Variable(
         float(examples_per_record), dtype=f64, trainable=False,
-        name="examples_per_record")
+        name=f"{name}/examples_per_record")
     self._sampling_code = tf.Variable(float(SAMPLING_METHODS.index(sampling)),
                                       dtype=f64, trainable=False,
-                                      name="sampling_code")
+                                      name=f"{name}/sampling_code")
     self._max_samples = int(max_samples)
     self._max_queries = int(max_samples) * int(max_queries_per_sample)
     # Sample rows: population_size, selection_probability, sampling code,
     # examples_per_record. Query rows: sample index, l2_norm_clip, stddev.
     self._samples = tf.Variable(tf.zeros([self._max_samples, 4], f64),
-                                trainable=False, name="samples")
+                                trainable=False, name=f"{name}/samples")
     self._queries = tf.Variable(tf.zeros([self._max_queries, 3], f64),
-                                trainable=False, name="queries")
+                                trainable=False, name=f"{name}/queries")
     self._sample_count = tf.Variable(0, dtype=tf.int32, trainable=False,
-                                     name="sample_count")
+                                     name=f"{name}/sample_count")
     self._query_count = tf.Variable(0, dtype=tf.int32, trainable=False,
-                                    name="query_count")
+                                    name=f"{name}/query_count")
     self._dropped_samples = tf.Variable(0, dtype=tf.int32, trainable=False,
-                                        name="dropped_samples")
+                                        name=f"{name}/dropped_samples")
 
   @property
   def sampling(self):
@@ -126,49 +126,39 @@ class PrivacyLedger(tf.Module):
     fits = tf.logical_and(sample_index < self._max_samples,
                           query_start + num_queries <= self._max_queries)
 
+    # Each branch's result depends on its writes explicitly, so they run in
+    # plain v1 graphs too (where no automatic control dependencies exist).
     def write():
       row = tf.stack([self.population_size, self.selection_probability,
                       self._sampling_code, self.examples_per_record])
-      self._samples.scatter_nd_update(tf.reshape(sample_index, [1, 1]),
-                                      row[None])
+      writes = [self._samples.scatter_nd_update(
+          tf.reshape(sample_index, [1, 1]), row[None])]
       if num_queries:
         rows = tf.stack([tf.stack([tf.cast(sample_index, tf.float64),
                                    tf.cast(e.l2_norm_clip, tf.float64),
                                    tf.cast(e.noise_stddev, tf.float64)])
                          for e in flat])
         indices = tf.reshape(query_start + tf.range(num_queries), [-1, 1])
-        self._queries.scatter_nd_update(indices, rows)
-        self._query_count.assign_add(num_queries)
-      self._sample_count.assign_add(1)
-      return tf.constant(True)
+        writes.append(self._queries.scatter_nd_update(indices, rows))
+      with tf.control_dependencies(writes):
+        counts = [self._sample_count.assign_add(1)]
+        if num_queries:
+          counts.append(self._query_count.assign_add(num_queries))
+      with tf.control_dependencies(counts):
+        return tf.constant(True)
 
     def drop():
-      self._dropped_samples.assign_add(1)
-      return tf.constant(False)
+      with tf.control_dependencies([self._dropped_samples.assign_add(1)]):
+        return tf.constant(False)
 
     return tf.cond(fits, write, drop)
 
   def to_dict(self):
     """The ledger as plain Python data (eager only); see ``from_dict``."""
-    n_samples = int(self._sample_count.numpy())
-    n_queries = int(self._query_count.numpy())
-    samples = self._samples.numpy()[:n_samples]
-    queries = self._queries.numpy()[:n_queries]
-    out = []
-    for row in samples:
-      out.append({
-          "population_size": int(round(row[0])),
-          "selection_probability": float(row[1]),
-          "sampling": SAMPLING_METHODS[int(row[2])],
-          "examples_per_record": int(round(row[3])),
-          "sum_queries": [],
-      })
-    for index, clip, stddev in queries:
-      out[int(index)]["sum_queries"].append(
-          {"l2_norm_clip": float(clip), "noise_stddev": float(stddev)})
-    return {"format": LEDGER_FORMAT,
-            "dropped_samples": int(self._dropped_samples.numpy()),
-            "samples": out}
+    return ledger_dict_from_buffers(
+        self._samples.numpy(), self._queries.numpy(),
+        int(self._sample_count.numpy()), int(self._query_count.numpy()),
+        int(self._dropped_samples.numpy()))
 
   def to_json(self):
     return json.dumps(self.to_dict())
@@ -201,6 +191,25 @@ class PrivacyLedger(tf.Module):
   @classmethod
   def from_json(cls, text, max_samples=None):
     return cls.from_dict(json.loads(text), max_samples)
+
+
+def ledger_dict_from_buffers(samples, queries, n_samples, n_queries,
+                             dropped_samples):
+  """Plain-data ledger from the raw buffers (also read from checkpoints)."""
+  out = []
+  for row in samples[:n_samples]:
+    out.append({
+        "population_size": int(round(row[0])),
+        "selection_probability": float(row[1]),
+        "sampling": SAMPLING_METHODS[int(row[2])],
+        "examples_per_record": int(round(row[3])),
+        "sum_queries": [],
+    })
+  for index, clip, stddev in queries[:n_queries]:
+    out[int(index)]["sum_queries"].append(
+        {"l2_norm_clip": float(clip), "noise_stddev": float(stddev)})
+  return {"format": LEDGER_FORMAT, "dropped_samples": int(dropped_samples),
+          "samples": out}
 
 
 class QueryWithLedger(dp_query.DPQuery):

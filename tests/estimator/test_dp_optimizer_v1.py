@@ -1,0 +1,89 @@
+"""compat.v1 DP optimizers in an Estimator model_fn (TF 2.15) and a Session."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp import estimator as dp_estimator
+
+v1 = tf.compat.v1
+
+
+def _reference(w0, x, y, clip, lr):
+  """One DP-SGD step of least squares by a per-example loop (no noise)."""
+  total = np.zeros_like(w0)
+  for xi, yi in zip(x, y):
+    g = 2 * (xi @ w0 - yi) * xi  # d/dw (x.w - y)^2
+    norm = np.linalg.norm(g)
+    total += g * min(1.0, clip / norm)
+  return w0 - lr * total / len(x)
+
+
+def test_session_step_equals_per_example_loop():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(6, 3)).astype(np.float32)
+  y = rng.normal(size=6).astype(np.float32)
+  w0 = rng.normal(size=3).astype(np.float32)
+  with tf.Graph().as_default():
+    w = tf.Variable(w0)
+    loss = tf.square(tf.linalg.matvec(tf.constant(x), w) - y)
+    with pytest.warns(UserWarning):
+      opt = dp_estimator.DPGradientDescentOptimizer(
+          0.5, 0.0, 6, learning_rate=0.1)
+    train = opt.minimize(loss, var_list=[w])
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      sess.run(train)
+      np.testing.assert_allclose(sess.run(w), _reference(w0, x, y, 0.5, 0.1),
+                                 rtol=1e-5, atol=1e-6)
+
+
+def test_scalar_loss_is_refused():
+  with tf.Graph().as_default():
+    w = tf.Variable([1.0])
+    opt = dp_estimator.DPGradientDescentOptimizer(1.0, 1.0, 10, 0.1)
+    with pytest.raises(ValueError, match="one value per example"):
+      opt.minimize(tf.reduce_mean(w * 2.0), var_list=[w])
+
+
+@pytest.mark.skipif(not hasattr(tf, "estimator"),
+                    reason="tf.estimator exists up to TF 2.15 only")
+@pytest.mark.parametrize("opt_cls", ["DPGradientDescentOptimizer",
+                                     "DPAdamOptimizer", "DPAdagradOptimizer"])
+def test_estimator_trains_and_writes_the_ledger(tmp_path, opt_cls):
+  (x, y), (xt, yt) = tf_dp.data.load_digits()
+  n, batch, steps = len(x), 64, 60
+
+  def model_fn(features, labels, mode):
+    logits = v1.layers.dense(features, 10)
+    per_example = tf.keras.losses.sparse_categorical_crossentropy(
+        labels, logits, from_logits=True)
+    if mode == tf.estimator.ModeKeys.EVAL:
+      acc = v1.metrics.accuracy(labels, tf.argmax(logits, 1))
+      return tf.estimator.EstimatorSpec(
+          mode, loss=tf.reduce_mean(per_example),
+          eval_metric_ops={"accuracy": acc})
+    lr = {"DPGradientDescentOptimizer": 1.0, "DPAdamOptimizer": 0.05,
+          "DPAdagradOptimizer": 0.5}[opt_cls]
+    opt = getattr(dp_estimator, opt_cls)(l2_norm_clip=1.0,
+                                         noise_multiplier=1.0,
+                                         population_size=n, learning_rate=lr)
+    train_op = opt.minimize(per_example, global_step=v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=tf.reduce_mean(per_example),
+                                      train_op=train_op)
+
+  est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path))
+  input_fn = lambda: tf.data.Dataset.from_tensor_slices(
+      (x, y)).shuffle(n, seed=0).repeat().batch(batch, drop_remainder=True)
+  est.train(input_fn, steps=steps // 2)
+  est.train(input_fn, steps=steps // 2)  # resumes: the ledger continues.
+  metrics = est.evaluate(
+      lambda: tf.data.Dataset.from_tensor_slices((xt, yt)).batch(100))
+  assert metrics["accuracy"] > 0.5  # chance is 0.1
+  ledger = dp_estimator.ledger_from_checkpoint(str(tmp_path))
+  assert len(ledger["samples"]) == steps
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      n, batch, 1.0, steps * batch / n, 1e-5, sampling="without_replacement")
+  assert eps == pytest.approx(expected, rel=1e-4)
