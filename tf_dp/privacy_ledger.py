@@ -131,15 +131,15 @@ class PrivacyLedger(tf.Module):
     def write():
       row = tf.stack([self.population_size, self.selection_probability,
                       self._sampling_code, self.examples_per_record])
-      writes = [self._samples.scatter_nd_update(
-          tf.reshape(sample_index, [1, 1]), row[None])]
+      writes = [_scatter(self._samples, tf.reshape(sample_index, [1, 1]),
+                         row[None])]
       if num_queries:
         rows = tf.stack([tf.stack([tf.cast(sample_index, tf.float64),
                                    tf.cast(e.l2_norm_clip, tf.float64),
                                    tf.cast(e.noise_stddev, tf.float64)])
                          for e in flat])
         indices = tf.reshape(query_start + tf.range(num_queries), [-1, 1])
-        writes.append(self._queries.scatter_nd_update(indices, rows))
+        writes.append(_scatter(self._queries, indices, rows))
       with tf.control_dependencies(writes):
         counts = [self._sample_count.assign_add(1)]
         if num_queries:
@@ -191,6 +191,17 @@ class PrivacyLedger(tf.Module):
   @classmethod
   def from_json(cls, text, max_samples=None):
     return cls.from_dict(json.loads(text), max_samples)
+
+
+def _scatter(variable, indices, updates):
+  """In-place row writes; distributed (mirrored) variables, which have no
+  scatter_nd_update, get a copy-and-assign instead (in cross-replica
+  context this updates every replica's copy)."""
+  try:
+    return variable.scatter_nd_update(indices, updates)
+  except NotImplementedError:
+    return variable.assign(tf.tensor_scatter_nd_update(variable, indices,
+                                                       updates))
 
 
 def ledger_dict_from_buffers(samples, queries, n_samples, n_queries,

@@ -84,10 +84,10 @@ class DPEngine(tf.Module):
     self.batches_in_lot = tf.Variable(0, trainable=False, name="batches_in_lot")
     self._built = True
 
-  def accumulate(self, model, loss_fn, x, y, sample_weight):
-    """Adds the batch's clipped per-record gradients to the lot.
+  def clipped_batch_sum(self, model, loss_fn, x, y, sample_weight):
+    """The batch's sum of clipped per-record gradients (this replica's).
 
-    Returns ``(y_pred, per_example_losses)`` for metrics.
+    Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``.
     """
     cfg = self.config
     params = self._query.derive_sample_params(_read(self.global_state))
@@ -103,13 +103,11 @@ class DPEngine(tf.Module):
       batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
                                         clipped)
       records = tf.shape(tf.nest.flatten(grads)[0])[0]
-    lot = self._query.accumulate_preprocessed_record(_read(self.lot_state),
-                                                     batch_sum)
     records = tf.cast(records, tf.float32)
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
     if sample_weight is not None and cfg.sampling == "poisson":
       examples = tf.reduce_sum(tf.cast(sample_weight > 0, tf.float32))
-    return y_pred, losses, lot, records, examples
+    return y_pred, losses, batch_sum, records, examples
 
   def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params):
     """The fast path's result, or None (after logging why) to fall back."""
@@ -159,19 +157,51 @@ class DPEngine(tf.Module):
               for r in tf.nest.flatten(result)]
 
   def step(self, model, loss_fn, x, y, sample_weight, apply_fn):
-    """One batch: accumulate, and on the lot's last batch noise and apply.
+    """One batch: clip, add to the lot, and on the lot's last batch noise
+    once and apply.
 
+    Under a ``tf.distribute`` strategy with several replicas, each replica
+    clips its own examples; one ``merge_call`` sums the replicas' clipped
+    sums and runs the rest once, in cross-replica context: the noise is
+    added once per global lot and the ledger gets one sample per lot.
     ``apply_fn(mean_gradients)`` applies the private mean gradient.
     Returns ``(y_pred, per_example_losses)``.
     """
-    k = self.config.gradient_accumulation_steps
-    y_pred, losses, lot, records, examples = self.accumulate(
+    y_pred, losses, batch_sum, records, examples = self.clipped_batch_sum(
         model, loss_fn, x, y, sample_weight)
+    context = tf.distribute.get_replica_context()
+    strategy = tf.distribute.get_strategy()
+    if context is not None and strategy.num_replicas_in_sync > 1:
+
+      def merge(strategy, batch_sum, records, examples):
+        total = lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v,
+                                          axis=None)
+        # Optimizers apply in replica context (as Keras's own
+        # LossScaleOptimizer does): every replica applies the same mean.
+        apply_in_replicas = lambda mean: strategy.extended.call_for_each_replica(
+            apply_fn, args=(mean,))
+        return self._add_to_lot(tf.nest.map_structure(total, batch_sum),
+                                total(records), total(examples),
+                                apply_in_replicas)
+
+      done = context.merge_call(merge, args=(batch_sum, records, examples))
+    else:
+      done = self._add_to_lot(batch_sum, records, examples, apply_fn)
+    with tf.control_dependencies([done]):
+      return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
+
+  def _add_to_lot(self, batch_sum, records, examples, apply_fn):
+    """Adds a (global) batch sum to the lot; finishes the lot when full."""
+    k = self.config.gradient_accumulation_steps
+    if k == 1:
+      lot = self._query.accumulate_preprocessed_record(
+          self._query.initial_sample_state(self._templates), batch_sum)
+      apply_fn(self.finish_lot(lot, records, examples))
+      return tf.no_op()
+    lot = self._query.accumulate_preprocessed_record(_read(self.lot_state),
+                                                     batch_sum)
     records = self.lot_records + records
     examples = self.lot_examples + examples
-    if k == 1:
-      apply_fn(self.finish_lot(lot, records, examples))
-      return y_pred, losses
 
     def finish():
       apply_fn(self.finish_lot(lot, records, examples))
@@ -187,11 +217,4 @@ class DPEngine(tf.Module):
                       self.lot_examples.assign(examples),
                       self.batches_in_lot.assign_add(1))
 
-    done = tf.cond(self.batches_in_lot >= k - 1, finish, keep)
-    with tf.control_dependencies([done]):
-      return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
-
-
-def check_query(query):
-  if query is not None and not isinstance(query, dp_query_lib.DPQuery):
-    raise TypeError(f"dp_query must be a tf_dp DPQuery; got {query!r}.")
+    return tf.cond(self.batches_in_lot >= k - 1, finish, keep)

@@ -1,6 +1,7 @@
 """``DPOptimizer`` for Keras 3 (``keras`` >= 3, ``tf.keras`` on TF >= 2.16)."""
 
 import keras
+import tensorflow as tf
 
 from tf_dp.keras import config as config_lib
 from tf_dp.keras import dp_engine
@@ -57,7 +58,14 @@ class DPOptimizerKeras3(keras.optimizers.Optimizer):
       self.build(var_list)
 
   def apply_private_gradients(self, grads, trainable_variables):
-    """Applies already clipped and noised mean gradients (internal)."""
+    """Applies already clipped and noised mean gradients (internal).
+
+    Every replica passes the same global mean; Keras 3 sums gradients over
+    replicas before applying, so each passes mean / replicas.
+    """
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if tf.distribute.get_replica_context() is not None and replicas > 1:
+      grads = [g / replicas for g in grads]
     self.inner_optimizer.apply(grads, trainable_variables)
 
   def finalize_variable_values(self, var_list):

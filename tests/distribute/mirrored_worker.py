@@ -1,0 +1,105 @@
+"""Runs DP training under a distribution strategy (in a subprocess).
+
+Prints one JSON line with the measured quantities; see
+test_mirrored_strategy.py. Usage:
+
+  mirrored_worker.py keras3|keras2 exact|noise           # MirroredStrategy,
+                                                         # 2 logical CPUs
+  mirrored_worker.py keras3|keras2 exact|noise PORT0 PORT1 INDEX
+      # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
+"""
+
+import json
+import os
+import sys
+
+import importlib.util  # pylint: disable=g-import-not-at-top
+
+flavor, mode = sys.argv[1], sys.argv[2]
+if flavor == "keras2" and importlib.util.find_spec("tf_keras") is not None:
+  os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TF >= 2.16: tf.keras is Keras 3.
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+MULTI_WORKER = len(sys.argv) > 3
+if MULTI_WORKER:
+  ports, index = sys.argv[3:5], int(sys.argv[5])
+  os.environ["TF_CONFIG"] = json.dumps({
+      "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+      "task": {"type": "worker", "index": index}})
+else:
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import tf_dp  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_dp.keras import compat  # pylint: disable=g-import-not-at-top
+from tests.keras import helpers  # pylint: disable=g-import-not-at-top
+
+K = compat.keras3() if flavor == "keras3" else compat.keras2()
+if MULTI_WORKER:
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+else:
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+out = {"replicas": strategy.num_replicas_in_sync}
+
+
+def fit_data(x, y, batch):
+  """Multi-worker training reads a tf.data pipeline (global batches, sharded
+  by Keras across workers); single-host training takes the arrays."""
+  if not MULTI_WORKER:
+    return (x, y, batch)
+  return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch), None,
+          None)
+if mode == "exact":
+  x, y = helpers.make_data("dense", 8, seed=1)
+  with strategy.scope():
+    model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
+  with strategy.scope():
+    model = tf_dp.keras.make_private(model)
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=0.05, noise_multiplier=0.0,
+        population_size=8),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(*fit_data(x, y, 8), epochs=1, verbose=0)
+  got = [v.numpy() for v in model.trainable_variables]
+  out["max_abs_error"] = float(max(np.max(np.abs(a - b))
+                                   for a, b in zip(expected, got)))
+else:
+  n, batch, clip, z = 400, 10, 2.0, 1.5
+  x = np.zeros((n, 6), "float32")
+  y = np.zeros((n,), "int32")
+  with strategy.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
+        population_size=n),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  kernel = model.trainable_variables[0]
+  deltas = []
+
+  class Record(K.callbacks.Callback):
+
+    def on_train_batch_begin(self, batch, logs=None):
+      self.before = kernel.numpy().copy()
+
+    def on_train_batch_end(self, batch, logs=None):
+      deltas.append((kernel.numpy() - self.before).ravel().tolist())
+
+  model.fit(*fit_data(x, y, batch), epochs=1, verbose=0,
+            callbacks=[Record()])
+  out["deltas"] = deltas
+  out["ledger_samples"] = len(model.optimizer.ledger.to_dict()["samples"])
+  out["expected_stddev"] = clip * z / batch
+  # Keras 3 variables wrap a tf.Variable in `.value`; Keras 2's are one.
+  tf_variable = kernel if isinstance(kernel, tf.Variable) else kernel.value
+  replica_values = [np.asarray(v) for v in
+                    strategy.experimental_local_results(tf_variable)]
+  out["replica_copies"] = (strategy.num_replicas_in_sync if MULTI_WORKER
+                           else len(replica_values))
+  out["kernel"] = replica_values[0].ravel().tolist()
+  out["replicas_equal"] = all(np.array_equal(replica_values[0], v)
+                              for v in replica_values)
+print(json.dumps(out))
