@@ -68,10 +68,20 @@ class BatchNormStatsQuery(dp_query.SumAggregationDPQuery):
       record = per_record_moments(record)
     return self._sum_query.preprocess_record(params, record)
 
+  @property
+  def sum_query(self):
+    """The underlying Gaussian sum query on ``BatchNormStats`` records."""
+    return self._sum_query
+
+  @staticmethod
+  def statistics(noised_sums, denominator):
+    """Mean and variance (clipped at 0) from noised sums (post-processing)."""
+    mean = noised_sums.sum / denominator
+    variance = tf.maximum(noised_sums.sum_of_squares / denominator
+                          - tf.square(mean), 0.0)
+    return {"mean": mean, "variance": variance}
+
   def get_noised_result(self, sample_state, global_state):
     noised, new_state, event = self._sum_query.get_noised_result(
         sample_state, global_state)
-    mean = noised.sum / self._expected
-    variance = tf.maximum(noised.sum_of_squares / self._expected
-                          - tf.square(mean), 0.0)
-    return {"mean": mean, "variance": variance}, new_state, event
+    return self.statistics(noised, self._expected), new_state, event

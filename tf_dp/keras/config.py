@@ -28,6 +28,7 @@ class DPConfig:
   noise_allocation: str = "proportional"
   max_lots: int = 100000
   per_example_method: str = "auto"
+  metrics_noise_stddev: Optional[float] = None
 
   def __post_init__(self):
     if self.dp_query is None:
@@ -60,6 +61,11 @@ class DPConfig:
         or self.gradient_accumulation_steps < 1):
       raise ValueError(f"gradient_accumulation_steps must be an integer >= 1;"
                        f" got {self.gradient_accumulation_steps!r}.")
+    if self.metrics_noise_stddev is not None and not (
+        isinstance(self.metrics_noise_stddev, numbers.Real)
+        and self.metrics_noise_stddev >= 0):
+      raise ValueError("metrics_noise_stddev must be None or a number >= 0; "
+                       f"got {self.metrics_noise_stddev!r}.")
     if self.per_example_method not in PER_EXAMPLE_METHODS:
       raise ValueError(f"per_example_method must be one of "
                        f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")

@@ -17,6 +17,12 @@ import tensorflow as tf
 
 from tf_dp.dp_query import allocation
 from tf_dp.dp_query import dp_query as dp_query_lib
+from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
+from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
+from tf_dp.dp_query.metrics_query import DPMetricsQuery
+from tf_dp.dp_query.nested_query import NestedQuery
+from tf_dp.keras import dp_batch_norm
+from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras.fast import clipped_sum as fast_clipping
 from tf_dp.privacy_ledger import PrivacyLedger
@@ -59,70 +65,152 @@ class DPEngine(tf.Module):
   def built(self):
     return self._built
 
-  def build(self, var_list):
-    """Creates the query and its state variables for ``var_list``."""
+  def build(self, var_list, model=None):
+    """Creates the queries and their state variables for ``var_list``.
+
+    The ledgered query is a ``NestedQuery`` with a ``"grads"`` part (the
+    user's query, or one built from l2_norm_clip and noise_multiplier), a
+    ``"metrics"`` part if private metrics are on, and a ``"bn/<layer>"`` part
+    per ``DPBatchNormalization`` layer: one sample, several sum queries,
+    noised once per lot and recorded as one ledger sample.
+    """
     if self._built:
       return
     cfg = self.config
     templates = [tf.zeros(v.shape, v.dtype) for v in var_list]
-    query = cfg.dp_query
-    if query is None:
-      query = allocation.build_query(templates, cfg.l2_norm_clip,
-                                     cfg.noise_multiplier,
-                                     clipping=cfg.clipping,
-                                     noise=cfg.noise_allocation)
-    if not isinstance(query, QueryWithLedger):
-      query = QueryWithLedger(query, self.ledger)
-    self._query = query
-    self.global_state = _variables_like(query.initial_global_state(),
+    grad_query = cfg.dp_query
+    if isinstance(grad_query, QueryWithLedger):
+      self.ledger = grad_query.ledger
+      grad_query = grad_query.query
+    if grad_query is None:
+      grad_query = allocation.build_query(templates, cfg.l2_norm_clip,
+                                          cfg.noise_multiplier,
+                                          clipping=cfg.clipping,
+                                          noise=cfg.noise_allocation)
+    self._grad_query = grad_query
+    parts = {"grads": grad_query}
+    part_templates = {"grads": templates}
+    self._bn_layers = {}
+    for layer in (model_checks.all_layers(model) if model is not None else []):
+      if dp_batch_norm.is_dp_batch_norm(layer):
+        key = f"bn/{layer.name}"
+        self._bn_layers[key] = layer
+        parts[key] = BatchNormStatsQuery(
+            layer.l2_norm_clip, layer.noise_multiplier * layer.l2_norm_clip,
+            expected_num_records=1.0).sum_query
+        n = int(layer.moving_mean.shape[0])
+        part_templates[key] = BatchNormStats(tf.zeros([n]), tf.zeros([n]))
+    if cfg.metrics_noise_stddev is not None:
+      if cfg.num_microbatches is not None:
+        raise ValueError("Private metrics (metrics_noise_stddev) count "
+                         "examples and cannot be combined with microbatches.")
+      classes = int(model.output_shape[-1])
+      parts["metrics"] = DPMetricsQuery(classes, cfg.metrics_noise_stddev)
+      part_templates["metrics"] = None
+    self._query = QueryWithLedger(NestedQuery(parts), self.ledger)
+    self.global_state = _variables_like(self._query.initial_global_state(),
                                         "dp_global_state")
-    self._templates = [tf.TensorSpec(v.shape, v.dtype) for v in var_list]
-    self.lot_state = _variables_like(query.initial_sample_state(templates),
-                                     "dp_lot_state")
+    self._templates = part_templates
+    self.lot_state = _variables_like(self._empty_lot(), "dp_lot_state")
     self.lot_records = tf.Variable(0.0, trainable=False, name="lot_records")
     self.lot_examples = tf.Variable(0.0, trainable=False, name="lot_examples")
     self.batches_in_lot = tf.Variable(0, trainable=False, name="batches_in_lot")
+    self.dp_metrics = {name: tf.Variable(float("nan"), trainable=False,
+                                         name=f"dp_{name}")
+                       for name in ("accuracy", "count")
+                       if "metrics" in parts}
     self._built = True
 
+  def _empty_lot(self):
+    return self._query.initial_sample_state(self._templates)
+
   def clipped_batch_sum(self, model, loss_fn, x, y, sample_weight):
-    """The batch's sum of clipped per-record gradients (this replica's).
+    """The batch's sum of preprocessed records (this replica's), per part.
 
     Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``.
     """
     cfg = self.config
     params = self._query.derive_sample_params(_read(self.global_state))
-    fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight, params)
+    grad_params = params["grads"]
+    fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight,
+                                  grad_params)
+    taps = None
     if fast is not None:
-      batch_sum, y_pred, losses, records = fast
+      grads_sum, y_pred, losses, records, taps = fast
     else:
+      if self._bn_layers:
+        raise ValueError(
+            "DPBatchNormalization needs the fast clipping path, which is "
+            "unavailable for this model (see the log for why).")
       grads, y_pred, losses = per_example.record_gradients(
           model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
       clipped = tf.vectorized_map(
-          lambda g: self._query.preprocess_record(params, g), grads,
+          lambda g: self._grad_query.preprocess_record(grad_params, g), grads,
           fallback_to_while_loop=True)
-      batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
+      grads_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, axis=0),
                                         clipped)
       records = tf.shape(tf.nest.flatten(grads)[0])[0]
     records = tf.cast(records, tf.float32)
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
+    present = None
     if sample_weight is not None and cfg.sampling == "poisson":
-      examples = tf.reduce_sum(tf.cast(sample_weight > 0, tf.float32))
+      present = tf.cast(tf.cast(sample_weight, tf.float32) > 0, tf.float32)
+      examples = tf.reduce_sum(present)
+    batch_sum = {"grads": grads_sum}
+    for key, layer in self._bn_layers.items():
+      batch_sum[key] = self._bn_sum(key, params[key], taps[id(layer)],
+                                    present)
+    if "metrics" in params:
+      batch_sum["metrics"] = self._metrics_sum(params["metrics"], y, y_pred,
+                                               present)
     return y_pred, losses, batch_sum, records, examples
+
+  def _masked_sum(self, records, present):
+    if present is None:
+      return tf.nest.map_structure(lambda t: tf.reduce_sum(t, 0), records)
+    return tf.nest.map_structure(
+        lambda t: tf.tensordot(present, t, axes=[[0], [0]]), records)
+
+  def _bn_sum(self, key, params, tap, present):
+    """Clipped per-example (mean, mean of squares) of a DP BN layer's input."""
+    query = self._query.query.queries[key]
+    x = tf.cast(tf.convert_to_tensor(tap.args[0]), tf.float32)
+    axes = list(range(1, x.shape.rank - 1))
+    stats = BatchNormStats(tf.reduce_mean(x, axes) if axes else x,
+                           tf.reduce_mean(tf.square(x), axes) if axes
+                           else tf.square(x))
+    clipped = tf.vectorized_map(lambda r: query.preprocess_record(params, r),
+                                stats)
+    return self._masked_sum(clipped, present)
+
+  def _metrics_sum(self, params, y, y_pred, present):
+    """Clipped per-example (count, correct, one-hot class) records."""
+    query = self._query.query.queries["metrics"]
+    y_pred = tf.convert_to_tensor(y_pred)
+    labels = tf.convert_to_tensor(y)
+    if labels.shape.rank == y_pred.shape.rank and y_pred.shape[-1] != 1:
+      labels = tf.argmax(labels, axis=-1)
+    labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+    records = tf.vectorized_map(
+        lambda a: query.preprocess_record(params, (a[0], a[1])),
+        (labels, y_pred))
+    return self._masked_sum(records, present)
 
   def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params):
     """The fast path's result, or None (after logging why) to fall back."""
     method = self.config.per_example_method
     if method == "vectorized":
       return None
-    reason = fast_clipping.fast_path_unavailable_reason(model, self._query)
+    reason = fast_clipping.fast_path_unavailable_reason(model,
+                                                        self._grad_query)
     if reason is None:
       if self.config.num_microbatches is not None:
         per_example.split_into_records(tf.nest.flatten(x)[0],
                                        self.config.num_microbatches)
       try:
         result = fast_clipping.clipped_batch_sum(
-            model, loss_fn, x, y, sample_weight, self._query, params,
-            self.config.num_microbatches)
+            model, loss_fn, x, y, sample_weight, self._grad_query, params,
+            self.config.num_microbatches, return_taps=True)
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
             fast_clipping.clipping_plan(model))
@@ -151,10 +239,18 @@ class DPEngine(tf.Module):
       denominator = records
     result, new_global, _ = self._query.get_noised_result(
         lot, _read(self.global_state))
-    update = _assign(self.global_state, new_global)
-    with tf.control_dependencies([update]):
+    updates = [_assign(self.global_state, new_global)]
+    for key, layer in self._bn_layers.items():
+      stats = BatchNormStatsQuery.statistics(result[key], denominator)
+      updates.append(layer.update_statistics(stats["mean"],
+                                             stats["variance"]))
+    if "metrics" in result:
+      noisy = result["metrics"]
+      updates.append(self.dp_metrics["accuracy"].assign(noisy["accuracy"]))
+      updates.append(self.dp_metrics["count"].assign(noisy["count"]))
+    with tf.control_dependencies(updates):
       return [tf.identity(r) / tf.cast(denominator, r.dtype)
-              for r in tf.nest.flatten(result)]
+              for r in tf.nest.flatten(result["grads"])]
 
   def step(self, model, loss_fn, x, y, sample_weight, apply_fn):
     """One batch: clip, add to the lot, and on the lot's last batch noise
@@ -194,8 +290,8 @@ class DPEngine(tf.Module):
     """Adds a (global) batch sum to the lot; finishes the lot when full."""
     k = self.config.gradient_accumulation_steps
     if k == 1:
-      lot = self._query.accumulate_preprocessed_record(
-          self._query.initial_sample_state(self._templates), batch_sum)
+      lot = self._query.accumulate_preprocessed_record(self._empty_lot(),
+                                                       batch_sum)
       apply_fn(self.finish_lot(lot, records, examples))
       return tf.no_op()
     lot = self._query.accumulate_preprocessed_record(_read(self.lot_state),
@@ -205,8 +301,7 @@ class DPEngine(tf.Module):
 
     def finish():
       apply_fn(self.finish_lot(lot, records, examples))
-      empty = self._query.initial_sample_state(self._templates)
-      return tf.group(_assign(self.lot_state, empty),
+      return tf.group(_assign(self.lot_state, self._empty_lot()),
                       self.lot_records.assign(0.0),
                       self.lot_examples.assign(0.0),
                       self.batches_in_lot.assign(0))

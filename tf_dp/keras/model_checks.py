@@ -19,8 +19,9 @@ BATCH_NORM_ERROR = (
     "each example's gradient then depends on the other examples, the "
     "per-example clipping bound no longer holds, and the DP guarantee is "
     "void. Fixes: (1) replace it with keras.layers.GroupNormalization or "
-    "keras.layers.LayerNormalization (per-example statistics), or (2) keep "
-    "batch statistics but estimate them privately with "
+    "keras.layers.LayerNormalization (per-example statistics), or (2) use "
+    "tf_dp.keras.layers.DPBatchNormalization (tf_dp.keras.layers_keras2 for "
+    "Keras 2), whose statistics are estimated with "
     "tf_dp.dp_query.BatchNormStatsQuery in the same ledger sample.")
 
 
@@ -75,7 +76,7 @@ def validate_and_prepare(model, flavor):
   """Refuses layers that break per-example DP; fixes Keras 3 randomness."""
   for layer in all_layers(model):
     cls = type(layer).__name__
-    if "BatchNormalization" in cls or cls == "SyncBatchNormalization":
+    if cls in ("BatchNormalization", "SyncBatchNormalization"):
       raise ValueError(BATCH_NORM_ERROR.format(name=layer.name, cls=cls))
     if getattr(layer, "activity_regularizer", None) is not None:
       raise ValueError(

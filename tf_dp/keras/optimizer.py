@@ -30,7 +30,8 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
                 dp_query=None, ledger=None, population_size=None,
                 sampling="fixed_size", sampling_probability=None,
                 clipping="flat", noise_allocation="proportional",
-                max_lots=100000, per_example_method="auto", name=None):
+                max_lots=100000, per_example_method="auto",
+                metrics_noise_stddev=None, name=None):
   """Wraps a Keras optimizer so that it trains with DP-SGD.
 
   Privacy contract: for each record (one example, or one microbatch of
@@ -74,6 +75,11 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       per-example gradients with ``tf.vectorized_map`` (logged with the
       reason); ``"fast"`` (error if unavailable); ``"vectorized"``. All give
       the same clipped sum (to float rounding).
+    metrics_noise_stddev: If set, training accuracy is also estimated
+      privately: each example contributes (1, correct, one-hot label), a
+      vector of norm <= sqrt(3), and N(0, metrics_noise_stddev^2) is added to
+      the counts once per lot, in the same ledger sample. ``fit`` then logs
+      ``dp_accuracy`` (computed from the noised counts of the last lot).
     name: Optional name.
 
   Returns:
@@ -90,7 +96,8 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       dp_query=dp_query, ledger=ledger, population_size=population_size,
       sampling=sampling, sampling_probability=sampling_probability,
       clipping=clipping, noise_allocation=noise_allocation,
-      max_lots=max_lots, per_example_method=per_example_method)
+      max_lots=max_lots, per_example_method=per_example_method,
+      metrics_noise_stddev=metrics_noise_stddev)
   flavor = compat.flavor_of(inner)
   if flavor == "keras3":
     from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top

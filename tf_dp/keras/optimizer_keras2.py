@@ -33,7 +33,6 @@ class DPOptimizerKeras2(_keras.optimizers.Optimizer):
       self.inner_optimizer._create_all_weights(var_list)  # pylint: disable=protected-access
     else:
       self.inner_optimizer.build(var_list)
-    self.dp_engine.build(var_list)
 
   @property
   def learning_rate(self):
@@ -60,8 +59,11 @@ class DPOptimizerKeras2(_keras.optimizers.Optimizer):
   def apply_gradients(self, grads_and_vars, *args, **kwargs):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
 
-  def ensure_built(self, var_list):
+  def ensure_built(self, var_list, model):
+    """Builds the DP state (which needs the model: DP batch norm, metrics)
+    and the wrapped optimizer, once."""
     if not self.dp_engine.built:
+      self.dp_engine.build(var_list, model)
       self.build(var_list)
 
   def apply_private_gradients(self, grads, trainable_variables):

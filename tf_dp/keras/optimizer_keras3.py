@@ -31,7 +31,6 @@ class DPOptimizerKeras3(keras.optimizers.Optimizer):
 
   def build(self, var_list):
     self.inner_optimizer.build(var_list)
-    self.dp_engine.build(var_list)
     super().build(var_list)
 
   @property
@@ -53,8 +52,11 @@ class DPOptimizerKeras3(keras.optimizers.Optimizer):
   def apply(self, grads, trainable_variables=None):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
 
-  def ensure_built(self, var_list):
+  def ensure_built(self, var_list, model):
+    """Builds the DP state (which needs the model: DP batch norm, metrics)
+    and the wrapped optimizer, once."""
     if not self.dp_engine.built:
+      self.dp_engine.build(var_list, model)
       self.build(var_list)
 
   def apply_private_gradients(self, grads, trainable_variables):

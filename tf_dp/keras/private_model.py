@@ -34,7 +34,7 @@ def _dp_train_step(self, data):
   loss_fn = losses_lib.per_example_loss_fn(self, flavor)
   variables = self.trainable_variables
   with tf.init_scope():  # Create the DP state eagerly, once.
-    optimizer.ensure_built(variables)
+    optimizer.ensure_built(variables, self)
 
   def apply_fn(mean_grads):
     with tf.GradientTape() as tape:
@@ -51,7 +51,10 @@ def _dp_train_step(self, data):
   if flavor == "keras3":  # Keras 3's compute_loss does not track the loss.
     batch = tf.shape(tf.nest.flatten(x)[0])[0]
     self._loss_tracker.update_state(loss, sample_weight=batch)  # pylint: disable=protected-access
-  return self.compute_metrics(x, y, y_pred, sample_weight)
+  logs = self.compute_metrics(x, y, y_pred, sample_weight)
+  for name, variable in optimizer.dp_engine.dp_metrics.items():
+    logs = dict(logs, **{f"dp_{name}": variable.read_value()})
+  return logs
 
 
 def make_private(model):

@@ -94,10 +94,11 @@ def _records(tensor, num_microbatches):
 
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
-                      num_microbatches=None):
+                      num_microbatches=None, return_taps=False):
   """Sum over the batch's records of ``query.preprocess_record(grads)``.
 
-  Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``.
+  Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
+  plus the taps by layer id if ``return_taps``.
 
   Raises:
     FastPathUnavailable: at trace time, if a layer is called more than once
@@ -155,5 +156,6 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
   extra_sum = tf.nest.map_structure(
       lambda e: tf.reduce_sum(tf.where(keep, e, tf.zeros_like(e)), 0), extra)
-  return (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
-          records)
+  out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
+         records)
+  return out + (session.taps,) if return_taps else out

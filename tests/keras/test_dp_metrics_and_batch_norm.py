@@ -1,0 +1,111 @@
+"""Private training metrics (dp_accuracy) and DPBatchNormalization."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp.keras import compat
+from tests.keras import helpers
+
+KERAS = helpers.keras_modules()
+
+
+def dp_bn_layer_class(K):
+  if K is compat.keras3():
+    from tf_dp.keras import layers  # pylint: disable=g-import-not-at-top
+  else:
+    from tf_dp.keras import layers_keras2 as layers  # pylint: disable=g-import-not-at-top
+  return layers.DPBatchNormalization
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_dp_accuracy_without_noise_equals_accuracy(K):
+  x, y = helpers.make_data("dense", 32)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.0), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=32, metrics_noise_stddev=0.0),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=["accuracy"])
+  history = model.fit(x, y, batch_size=32, epochs=1, verbose=0).history
+  assert history["dp_accuracy"][0] == pytest.approx(history["accuracy"][0])
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_metrics_query_costs_privacy_in_the_same_ledger_sample(K):
+  x, y = helpers.make_data("dense", 64)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=64, metrics_noise_stddev=20.0),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert len(samples) == 4
+  assert sorted(q["l2_norm_clip"] for q in samples[0]["sum_queries"]) == (
+      pytest.approx([1.0, math.sqrt(3)]))
+  z = (1.0 + (math.sqrt(3) / 20.0) ** 2) ** -0.5  # eq. (1)
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      64, 16, z, 1, 1e-5, sampling="without_replacement")
+  assert eps == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_dp_batch_norm_statistics_move_to_the_batch_statistics(K):
+  rng = np.random.default_rng(0)
+  x = rng.normal(2.0, 3.0, size=(16, 6)).astype("float32")
+  y = rng.integers(0, 3, 16).astype("int32")
+  layer = dp_bn_layer_class(K)(l2_norm_clip=1e4, noise_multiplier=0.0,
+                                momentum=0.9)
+  first = K.layers.Dense(4, kernel_initializer=K.initializers.GlorotUniform(1))
+  model = K.Sequential([K.layers.Input((6,)), first, layer, K.layers.Dense(3)])
+  inputs = first(tf.constant(x)).numpy()  # the BN layer's inputs at step 0.
+  model = tf_dp.keras.make_private(model)
+  with pytest.warns(UserWarning):
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(0.0), l2_norm_clip=1.0, noise_multiplier=0.0,
+        population_size=16),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  np.testing.assert_allclose(layer.moving_mean.numpy(),
+                             0.1 * inputs.mean(0), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(layer.moving_variance.numpy(),
+                             0.9 + 0.1 * inputs.var(0), rtol=1e-4)
+  queries = model.optimizer.ledger.to_dict()["samples"][0]["sum_queries"]
+  assert sorted(q["l2_norm_clip"] for q in queries) == [1.0, 1e4]
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_dp_batch_norm_output_does_not_depend_on_the_batch(K):
+  layer = dp_bn_layer_class(K)()
+  x = tf.random.normal([5, 3])
+  batch_out = layer(x, training=True).numpy()
+  single = np.concatenate([layer(x[i:i + 1], training=True).numpy()
+                           for i in range(5)])
+  np.testing.assert_allclose(batch_out, single, rtol=1e-6)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_batch_norm_refusal_names_the_dp_layer(K):
+  model = K.Sequential([K.layers.Input((4,)), K.layers.BatchNormalization()])
+  with pytest.raises(ValueError, match="DPBatchNormalization"):
+    tf_dp.keras.make_private(model)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_dp_batch_norm_needs_the_fast_path(K):
+  x, y = helpers.make_data("dense", 8)
+  model = tf_dp.keras.make_private(K.Sequential([
+      K.layers.Input((6,)), K.layers.Dense(4), dp_bn_layer_class(K)(),
+      K.layers.Dense(3)]))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=8,
+      per_example_method="vectorized"),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(Exception, match="fast clipping path"):
+    model.fit(x, y, batch_size=8, verbose=0)

@@ -1,0 +1,84 @@
+"""Batch normalisation with differentially private statistics.
+
+``DPBatchNormalization`` normalises with its moving mean and variance in
+training as well as in inference, so one example's output never depends on
+the other examples of the batch (per-example clipping stays valid). The
+moving statistics are updated once per lot from DP estimates: each record
+contributes the per-feature mean of its activations and of their squares,
+clipped jointly to ``l2_norm_clip``, and Gaussian noise of stddev
+``noise_multiplier * l2_norm_clip`` is added to the sums
+(``tf_dp.dp_query.BatchNormStatsQuery``). That sum query lands in the same
+ledger sample as the gradients, so its privacy cost is accounted (eq. (1)).
+The update is done by the model's ``DPOptimizer``; it needs the fast
+clipping path (``per_example_method="auto"`` or ``"fast"``).
+"""
+
+import tensorflow as tf
+
+from tf_dp.dp_query import _checks
+
+
+class DPBatchNormalizationMixin:
+  """Flavour-independent body of ``DPBatchNormalization``."""
+
+  def _dp_bn_init(self, l2_norm_clip, noise_multiplier, momentum, epsilon,
+                  center, scale):
+    self.l2_norm_clip = _checks.positive("l2_norm_clip", l2_norm_clip)
+    self.noise_multiplier = _checks.non_negative("noise_multiplier",
+                                                 noise_multiplier)
+    if not 0 <= momentum < 1:
+      raise ValueError(f"momentum must lie in [0, 1); got {momentum!r}.")
+    if not (center or scale):
+      raise ValueError("DPBatchNormalization needs center or scale: the "
+                       "statistics update is driven by its trainable "
+                       "variables' taps.")
+    self.momentum = float(momentum)
+    self.epsilon = float(epsilon)
+    self.center = center
+    self.scale = scale
+
+  def build(self, input_shape):
+    features = int(input_shape[-1])
+    self.gamma = self.add_weight(name="gamma", shape=(features,),
+                                 initializer="ones", trainable=True) if (
+                                     self.scale) else None
+    self.beta = self.add_weight(name="beta", shape=(features,),
+                                initializer="zeros", trainable=True) if (
+                                    self.center) else None
+    self.moving_mean = self.add_weight(name="moving_mean", shape=(features,),
+                                       initializer="zeros", trainable=False)
+    self.moving_variance = self.add_weight(
+        name="moving_variance", shape=(features,), initializer="ones",
+        trainable=False)
+    self.built = True
+
+  def call(self, inputs, training=None):
+    del training  # Same computation in training: no batch statistics.
+    x = tf.convert_to_tensor(inputs)
+    out = (x - tf.cast(self.moving_mean, x.dtype)) * tf.math.rsqrt(
+        tf.cast(self.moving_variance, x.dtype) + self.epsilon)
+    if self.gamma is not None:
+      out = out * tf.cast(self.gamma, x.dtype)
+    if self.beta is not None:
+      out = out + tf.cast(self.beta, x.dtype)
+    return out
+
+  def update_statistics(self, mean, variance):
+    """Moves the statistics towards DP estimates (called by the engine)."""
+    m = self.momentum
+    return tf.group(
+        self.moving_mean.assign(m * self.moving_mean + (1 - m) * mean),
+        self.moving_variance.assign(m * self.moving_variance
+                                    + (1 - m) * variance))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(l2_norm_clip=self.l2_norm_clip,
+                  noise_multiplier=self.noise_multiplier,
+                  momentum=self.momentum, epsilon=self.epsilon,
+                  center=self.center, scale=self.scale)
+    return config
+
+
+def is_dp_batch_norm(layer):
+  return isinstance(layer, DPBatchNormalizationMixin)
