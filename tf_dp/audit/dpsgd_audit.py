@@ -36,6 +36,7 @@ def audit_dp_sgd_step(keras, noise_multiplier, l2_norm_clip=1.0, batch=16,
   x[0, 0] = 10.0  # the canary: gradient -2 * 10 * 10 e_1, norm 200 >> C.
   y = np.zeros((n, 1), np.float32)
   y[0] = 10.0
+  x, y = tf.constant(x), tf.constant(y)
   step = tf.function(lambda w: model.train_step((x, y, w)))
   kernel = model.trainable_variables[0]
   zeros = np.zeros(kernel.shape, np.float32)
