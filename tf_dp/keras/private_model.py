@@ -25,6 +25,12 @@ def _dp_train_step(self, data):
   flavor = self._tf_dp_flavor  # pylint: disable=protected-access
   keras = compat.module_for(flavor)
   x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+  for t in tf.nest.flatten((x, y)):
+    if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):
+      raise ValueError(
+          f"tf_dp does not support {type(t).__name__} inputs or labels: "
+          f"per-example gradients need dense batches. Pad the batch (e.g. "
+          f"ragged.to_tensor()) and mask the padding in the model.")
   optimizer = self.optimizer
   if not optimizer_lib.is_dp_optimizer(optimizer):
     raise TypeError(
@@ -81,6 +87,9 @@ def make_private(model):
     >>> model = tf_dp.keras.make_private(model)
   """
   flavor = compat.flavor_of(model)
+  if model.built and not model.trainable_variables:
+    raise ValueError("The model has no trainable variables: there is "
+                     "nothing to train privately.")
   model_checks.validate_and_prepare(model, flavor)
   model._tf_dp_flavor = flavor  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
