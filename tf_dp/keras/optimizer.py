@@ -116,3 +116,27 @@ SUMMED_GRADIENTS_ERROR = (
 def is_dp_optimizer(optimizer):
   return hasattr(optimizer, "dp_engine") and hasattr(
       optimizer, "apply_private_gradients")
+
+
+class DPOptimizerMixin:
+  """What both Keras flavours' DP optimizers share: delegation to the
+  wrapped optimizer and building the DP state with the model."""
+
+  @property
+  def ledger(self):
+    return self.dp_engine.ledger
+
+  @property
+  def learning_rate(self):
+    return self.inner_optimizer.learning_rate
+
+  @learning_rate.setter
+  def learning_rate(self, learning_rate):
+    self.inner_optimizer.learning_rate = learning_rate
+
+  def ensure_built(self, var_list, model):
+    """Builds the DP state (which needs the model: DP batch norm, metrics)
+    and the wrapped optimizer, once."""
+    if not self.dp_engine.built:
+      self.dp_engine.build(var_list, model)
+      self.build(var_list)

@@ -10,7 +10,8 @@ from tf_dp.keras import optimizer as optimizer_lib
 _keras = compat.keras2()
 
 
-class DPOptimizerKeras2(_keras.optimizers.Optimizer):
+class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
+                        _keras.optimizers.Optimizer):
   """A Keras 2 optimizer that applies DP-SGD around ``inner_optimizer``.
 
   Build it with ``tf_dp.DPOptimizer``; see there for the privacy contract.
@@ -23,24 +24,12 @@ class DPOptimizerKeras2(_keras.optimizers.Optimizer):
     self.dp_config = dp_config
     self.dp_engine = dp_engine.DPEngine(dp_config)
 
-  @property
-  def ledger(self):
-    return self.dp_engine.ledger
-
   def build(self, var_list):
     super().build(var_list)
     if hasattr(self.inner_optimizer, "_create_all_weights"):  # legacy
       self.inner_optimizer._create_all_weights(var_list)  # pylint: disable=protected-access
     else:
       self.inner_optimizer.build(var_list)
-
-  @property
-  def learning_rate(self):
-    return self.inner_optimizer.learning_rate
-
-  @learning_rate.setter
-  def learning_rate(self, learning_rate):
-    self.inner_optimizer.learning_rate = learning_rate
 
   @property
   def iterations(self):
@@ -58,13 +47,6 @@ class DPOptimizerKeras2(_keras.optimizers.Optimizer):
 
   def apply_gradients(self, grads_and_vars, *args, **kwargs):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
-
-  def ensure_built(self, var_list, model):
-    """Builds the DP state (which needs the model: DP batch norm, metrics)
-    and the wrapped optimizer, once."""
-    if not self.dp_engine.built:
-      self.dp_engine.build(var_list, model)
-      self.build(var_list)
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal)."""

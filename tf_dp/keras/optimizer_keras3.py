@@ -9,7 +9,8 @@ from tf_dp.keras import optimizer as optimizer_lib
 
 
 @keras.saving.register_keras_serializable(package="tf_dp")
-class DPOptimizerKeras3(keras.optimizers.Optimizer):
+class DPOptimizerKeras3(optimizer_lib.DPOptimizerMixin,
+                        keras.optimizers.Optimizer):
   """A Keras 3 optimizer that applies DP-SGD around ``inner_optimizer``.
 
   Build it with ``tf_dp.DPOptimizer``; see there for the privacy contract.
@@ -25,10 +26,6 @@ class DPOptimizerKeras3(keras.optimizers.Optimizer):
     self.dp_config = dp_config
     self.dp_engine = dp_engine.DPEngine(dp_config)
 
-  @property
-  def ledger(self):
-    return self.dp_engine.ledger
-
   def build(self, var_list):
     self.inner_optimizer.build(var_list)
     super().build(var_list)
@@ -38,26 +35,11 @@ class DPOptimizerKeras3(keras.optimizers.Optimizer):
     return self._variables + self.inner_optimizer.variables
 
   @property
-  def learning_rate(self):
-    return self.inner_optimizer.learning_rate
-
-  @learning_rate.setter
-  def learning_rate(self, learning_rate):
-    self.inner_optimizer.learning_rate = learning_rate
-
-  @property
   def iterations(self):
     return self.inner_optimizer.iterations
 
   def apply(self, grads, trainable_variables=None):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
-
-  def ensure_built(self, var_list, model):
-    """Builds the DP state (which needs the model: DP batch norm, metrics)
-    and the wrapped optimizer, once."""
-    if not self.dp_engine.built:
-      self.dp_engine.build(var_list, model)
-      self.build(var_list)
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal).
