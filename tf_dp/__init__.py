@@ -21,6 +21,8 @@ _LAZY_NAMES = {
     "analysis": "tf_dp.analysis",
     "keras": "tf_dp.keras",
     "data": "tf_dp.data",
+    "dp_pca": "tf_dp.dp_pca",
+    "dp_principal_directions": "tf_dp.dp_pca",
     "PrivacyBudget": "tf_dp.keras.callbacks",
     "DPOptimizer": "tf_dp.keras.optimizer",
     "make_private": "tf_dp.keras.private_model",
