@@ -165,7 +165,10 @@ def test_regularization_is_added_outside_the_clipped_sum(K):
 
 @pytest.mark.parametrize("K", KERAS)
 def test_dropout_draws_one_mask_per_example(K):
-  model = K.Sequential([K.layers.Input((50,)), K.layers.Dropout(0.5)])
+  model = K.Sequential([K.layers.Input((50,)),
+                        K.layers.Dense(50, use_bias=False,
+                                       kernel_initializer="identity"),
+                        K.layers.Dropout(0.5)])
   tf_dp.keras.make_private(model)
   out = tf.vectorized_map(lambda xi: model(xi[None], training=True)[0],
                           tf.ones([8, 50]))
