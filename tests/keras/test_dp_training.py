@@ -246,6 +246,13 @@ def test_invalid_optimizer_arguments(kwargs, match):
     tf_dp.DPOptimizer(K.optimizers.SGD(0.1), **kwargs)
 
 
+def test_dp_query_of_the_wrong_type_is_refused():
+  K = helpers.keras_modules()[0].values[0]
+  with pytest.raises(TypeError, match="dp_query must be a tf_dp DPQuery"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), dp_query="gaussian",
+                      population_size=10)
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("opt", ["Adam", "Adagrad", "RMSprop"])
 def test_wraps_any_optimizer(K, opt):

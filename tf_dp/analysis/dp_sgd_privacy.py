@@ -5,8 +5,6 @@ The command-line form is ``python -m tf_dp.analysis.compute_dp_sgd_privacy``.
 
 import math
 
-import numpy as np
-
 from tf_dp.analysis import _validation
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import rdp as rdp_lib

@@ -31,6 +31,11 @@ class DPConfig:
   metrics_noise_stddev: Optional[float] = None
 
   def __post_init__(self):
+    from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
+    if self.dp_query is not None and not isinstance(self.dp_query, DPQuery):
+      raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
+                      f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
+                      f"{self.dp_query!r}.")
     if self.dp_query is None:
       if (not isinstance(self.l2_norm_clip, numbers.Real)
           or math.isnan(self.l2_norm_clip) or self.l2_norm_clip <= 0

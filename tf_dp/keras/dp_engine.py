@@ -16,7 +16,6 @@ from absl import logging
 import tensorflow as tf
 
 from tf_dp.dp_query import allocation
-from tf_dp.dp_query import dp_query as dp_query_lib
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
