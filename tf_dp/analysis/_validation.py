@@ -62,7 +62,7 @@ def check_positive_int(name, value):
 
 
 def check_orders(orders):
-  """Returns ``orders`` as a 1-D float array of Renyi orders > 1."""
+  """Returns ``orders`` as a 1-D float array of Renyi orders > 1 (inf allowed)."""
   if np.isscalar(orders):
     orders = [orders]
   arr = np.asarray(orders, dtype=float)

@@ -165,17 +165,9 @@ def _rdp_per_step(q, sigmas, orders):
 
 
 def _orders_array(orders):
-  if orders is None:
-    orders = DEFAULT_ORDERS
-  if np.isscalar(orders):
-    orders = [orders]
-  arr = np.asarray(orders, dtype=float)
-  if arr.ndim != 1 or arr.size == 0 or np.any(np.isnan(arr)) or np.any(
-      arr <= 1):
-    raise ValueError(
-        f"orders must be a non-empty list of Renyi orders > 1 (inf allowed); "
-        f"got {orders!r}.")
-  return arr
+  """``orders`` (the default list if None) validated by ``check_orders``."""
+  return _validation.check_orders(DEFAULT_ORDERS if orders is None
+                                  else orders)
 
 
 def compute_rdp(q, noise_multiplier, steps, orders=None):
