@@ -16,6 +16,20 @@ def keras_modules():
   return mods
 
 
+def compile_dp(K, model, population_size, learning_rate=0.1,
+               l2_norm_clip=1.0, noise_multiplier=1.0, **dp_kwargs):
+  """``model`` converted with make_private and compiled with a DP SGD."""
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  model = tf_dp.keras.make_private(model)
+  model.compile(
+      optimizer=tf_dp.DPOptimizer(
+          K.optimizers.SGD(learning_rate), l2_norm_clip=l2_norm_clip,
+          noise_multiplier=noise_multiplier, population_size=population_size,
+          **dp_kwargs),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
 def build_model(K, kind, seed=0):
   """A small model of the given kind with deterministic initial weights."""
   init = K.initializers.GlorotUniform(seed=seed)

@@ -12,11 +12,7 @@ KERAS = helpers.keras_modules()
 
 
 def dense_model(K, n, **kwargs):
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
-  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1),
-                                            population_size=n, **kwargs),
-                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
+  return helpers.compile_dp(K, helpers.build_model(K, "dense"), n, **kwargs)
 
 
 @pytest.mark.parametrize("K", KERAS)

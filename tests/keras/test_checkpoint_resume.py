@@ -11,12 +11,8 @@ KERAS = helpers.keras_modules()
 
 
 def compiled(K):
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
-  model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.3,
-      population_size=64),
-      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
+  return helpers.compile_dp(K, helpers.build_model(K, "dense"), 64,
+                            noise_multiplier=1.3)
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -14,13 +14,8 @@ KINDS = ["dense", "conv", "embedding", "rnn"]
 
 
 def compile_dp(K, model, n, clip, noise, lr=1.0, **kwargs):
-  model = tf_dp.keras.make_private(model)
-  model.compile(
-      optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(lr), l2_norm_clip=clip,
-                                  noise_multiplier=noise, population_size=n,
-                                  **kwargs),
-      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
+  return helpers.compile_dp(K, model, n, learning_rate=lr, l2_norm_clip=clip,
+                            noise_multiplier=noise, **kwargs)
 
 
 def weights(model):

@@ -9,8 +9,16 @@ from tf_dp.keras.dpd import make_dpd_optimizer
 from tests.keras import helpers
 
 
+def _assert_one_epoch_reaches(model, opt, loss, x, y, batch_size, expected):
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=opt, loss=loss)
+  model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, shuffle=False)
+  for a, v in zip(expected, model.trainable_variables):
+    np.testing.assert_allclose(v.numpy(), a, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("K", helpers.keras_modules())
-def test_one_step_is_algorithm_1(K):
+def test_one_step_of_batch_clipping_is_algorithm_1_literally(K):
   # theta_1 = theta_0 - (eta_1 / 2) clip_C((N/S) sum_i grad l_i), no noise.
   x, y = helpers.make_data("dense", 10, seed=4)
   n, s, c, eta0 = 50, 10, 2.0, 0.05
@@ -26,12 +34,9 @@ def test_one_step_is_algorithm_1(K):
   expected = [v.numpy() - eta0 / 2 * g
               for v, g in zip(model.trainable_variables, clipped)]
   opt, info = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
-                                 keras=K)
-  model = tf_dp.keras.make_private(model)
-  model.compile(optimizer=opt, loss=loss)
-  model.fit(x, y, batch_size=s, epochs=1, verbose=0, shuffle=False)
-  for a, v in zip(expected, model.trainable_variables):
-    np.testing.assert_allclose(v.numpy(), a, rtol=1e-5, atol=1e-6)
+                                 clipping="batch", sampling="fixed_size",
+                                 learning_rate_decay="step", keras=K)
+  _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)
   assert info["iterations"] == 5
 
 
@@ -39,7 +44,8 @@ def test_one_step_is_algorithm_1(K):
 def test_ledger_records_batch_clipping_and_honest_epsilon(K):
   x, y = helpers.make_data("dense", 100, seed=5)
   opt, info = make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0,
-                                 delta=1e-4, method="zcdp", keras=K)
+                                 delta=1e-4, method="zcdp", clipping="batch",
+                                 sampling="fixed_size", keras=K)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -59,8 +65,9 @@ def test_ledger_records_batch_clipping_and_honest_epsilon(K):
   assert info["claimed_epsilon"] == pytest.approx(1.0, rel=1e-6)
 
 
+@pytest.mark.parametrize("clipping", ["per_example", "batch"])
 @pytest.mark.parametrize("K", helpers.keras_modules()[:1])
-def test_noise_of_one_dpd_step(K):
+def test_noise_of_one_dpd_step(K, clipping):
   # Zero inputs: the clipped gradient of the kernel is 0, so each step moves
   # the 6x5 kernel by (eta_t / 2) * xi', xi' ~ N(0, 4 C^2 sigma^2). Over 40
   # steps x 30 entries the rescaled updates have stddev 2 C sigma (tolerance
@@ -69,7 +76,8 @@ def test_noise_of_one_dpd_step(K):
   x = np.zeros((n, 6), np.float32)
   y = np.zeros(n, np.int32)
   opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=sigma,
-                              keras=K)
+                              clipping=clipping, sampling="fixed_size",
+                              learning_rate_decay="step", keras=K)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -88,3 +96,75 @@ def test_noise_of_one_dpd_step(K):
   model.fit(x, y, batch_size=s, epochs=1, shuffle=False, verbose=0,
             callbacks=[Record()])
   assert np.std(rescaled) == pytest.approx(2 * c * sigma, rel=0.08)
+
+
+def _per_example_grads(model, loss, x, y):
+  grads = []
+  for i in range(len(x)):
+    with tf.GradientTape() as tape:
+      value = tf.reduce_sum(loss.call(y[i:i + 1], model(x[i:i + 1])))
+    grads.append([tf.convert_to_tensor(g).numpy()
+                  for g in tape.gradient(value, model.trainable_variables)])
+  return grads
+
+
+@pytest.mark.parametrize("K", helpers.keras_modules())
+def test_one_step_of_per_example_clipping(K):
+  # theta_1 = theta_0 - (eta_1 / 2) sum_i clip_C(grad l_i), no noise; a
+  # small C so that every example is clipped.
+  x, y = helpers.make_data("dense", 10, seed=6)
+  n, s, c, eta0 = 50, 10, 0.1, 0.05
+  model = helpers.build_model(K, "dense")
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  clipped_sum = None
+  for g in _per_example_grads(model, loss, x, y):
+    norm = np.sqrt(sum(np.sum(t * t) for t in g))
+    assert norm > c
+    g = [t * c / norm for t in g]
+    clipped_sum = g if clipped_sum is None else [
+        a + b for a, b in zip(clipped_sum, g)]
+  expected = [v.numpy() - eta0 / 2 * g
+              for v, g in zip(model.trainable_variables, clipped_sum)]
+  opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
+                              sampling="fixed_size", keras=K)
+  _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)
+
+
+@pytest.mark.parametrize("K", helpers.keras_modules()[:1])
+def test_poisson_run_ledger_gives_the_calibrated_epsilon(K):
+  # method="rdp": sigma is calibrated so that the ledger of the run performed
+  # (Poisson, add/remove, noise multiplier 2 sigma) gives the target epsilon
+  # (to the calibration's 1e-3 relative tolerance, and never above it).
+  n, s, epochs = 200, 20, 2
+  x, y = helpers.make_data("dense", n, seed=7)
+  opt, info = make_dpd_optimizer(n, s, epochs, 1.0, 0.05, epsilon=2.0,
+                                 delta=1e-5, keras=K)
+  assert info["iterations"] == 20 and info["sampling"] == "poisson"
+  data = tf_dp.data.poisson_sampled_batches(x, y, info["sampling_rate"],
+                                            info["iterations"], seed=1)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=opt,
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(data, epochs=1, verbose=0)
+  samples = opt.ledger.to_dict()["samples"]
+  assert len(samples) == 20 and samples[0]["sampling"] == "poisson"
+  query = samples[0]["sum_queries"][0]
+  assert query["noise_stddev"] / query["l2_norm_clip"] == pytest.approx(
+      2 * info["sigma"], rel=1e-5)
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(opt.ledger, 1e-5)
+  assert eps == pytest.approx(info["claimed_epsilon"], rel=1e-6)
+  assert 2.0 * (1 - 2e-3) <= eps <= 2.0
+
+
+def test_refuses_combinations_that_cannot_be_accounted():
+  with pytest.raises(ValueError, match="clipping='batch' needs"):
+    make_dpd_optimizer(100, 10, 1, 2.0, 0.05, noise_multiplier=1.0,
+                       clipping="batch")
+  with pytest.raises(ValueError, match="as_published applies"):
+    make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0, delta=1e-5,
+                       as_published=True)
+  with pytest.raises(ValueError, match="sampling must be one of"):
+    make_dpd_optimizer(100, 10, 1, 2.0, 0.05, noise_multiplier=1.0,
+                       sampling="shuffle")
+  with pytest.raises(ValueError, match="Give noise_multiplier"):
+    make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0)

@@ -15,13 +15,7 @@ from tests.keras import helpers
 KERAS = helpers.keras_modules()
 
 
-def compile_dp(K, model, n, **kwargs):
-  model = tf_dp.keras.make_private(model)
-  opts = dict(l2_norm_clip=1.0, noise_multiplier=1.0, population_size=n)
-  opts.update(kwargs)
-  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), **opts),
-                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
+compile_dp = helpers.compile_dp
 
 
 def finite_weights(model):

@@ -1,73 +1,197 @@
 """Differentially private dropout (DPD; Ermis & Cemgil 2017, Algorithm 1).
 
-Each iteration takes a minibatch of S examples, computes the data term of
-the gradient at full-data scale, ``g = (N/S) sum_i grad l_i``, clips it as a
-whole to norm C, adds ``xi' ~ N(0, 4 C^2 sigma^2 I)`` and updates
+Each iteration takes a sample of the data, clips gradients to norm C, adds
+``xi' ~ N(0, 4 C^2 sigma^2 I)`` and updates
 ``theta <- theta - (eta_t / 2)(g_clipped + xi')`` with ``eta_t = eta_0 / t``
 (the paper writes the ascent form on the log-posterior). The noise plays the
 role of Gaussian dropout with per-weight rate ``alpha = 4 C^2 sigma^2 /
 theta^2`` (``tf_dp.analysis.dpd_dropout_rates``).
 
-This is DP-SGD with one record per batch: clipping ``N * mean`` to C equals
-``N`` times clipping the mean to ``C / N``. So ``make_dpd_optimizer`` returns
-a ``DPOptimizer`` with ``num_microbatches=1``, ``l2_norm_clip = C / N``,
-``noise_multiplier = 2 sigma`` and learning rate ``N eta_t / 2``. Its ledger
-records what is done: fixed-size samples (replace-one neighbours: one
-example changes the clipped batch gradient by at most 2C) and a sum query
-with noise ``2 sigma`` times the clip, so the RDP accountant reports the
-epsilon of the run actually performed.
+The paper can be read two ways, and both are built (``clipping``):
+
+* ``"per_example"`` (default; the text: "clips the L2 norm of each gradient",
+  and "the L2 sensitivity of the gradient sum is 2C"): each example's
+  gradient is clipped to C and ``g_clipped`` is their SUM. This is DP-SGD
+  with ``noise_multiplier = 2 sigma`` and a learning rate ``S eta_t / 2`` on
+  the mean over the (expected) sample size S.
+* ``"batch"`` (Algorithm 1 line 6 literally): the data term at full-data
+  scale, ``(N/S) sum_i grad l_i``, is clipped as a whole to C. Clipping
+  ``N * mean`` to C is ``N`` times clipping the mean to ``C / N``: DP-SGD with
+  one record per batch, ``l2_norm_clip = C / N``, noise multiplier
+  ``2 sigma`` and learning rate ``N eta_t / 2``. It adds noise of norm
+  ~2 C sigma sqrt(d) to a signal of norm <= C, and does not learn on the
+  paper's benchmarks (``benchmarks/dpd_table1.py``); it is kept to show that.
+
+Sampling: ``"poisson"`` (default; the paper's accounting assumes each example
+is included independently with probability nu) trains on
+``tf_dp.data.poisson_sampled_batches``; ``"fixed_size"`` on shuffled batches.
+The ledger records what is done, so the RDP accountant reports the epsilon of
+the run actually performed: under Poisson sampling (add/remove neighbours)
+the per-example sum has sensitivity C and noise ``2 C sigma``; under
+fixed-size sampling (replace-one neighbours) sensitivity 2C.
 """
 
 import math
+import warnings
 
+from tf_dp import analysis
 from tf_dp.analysis import dpd as dpd_accounting
 from tf_dp.keras import compat
 from tf_dp.keras.optimizer import DPOptimizer
 
+CLIPPINGS = ("per_example", "batch")
+SAMPLINGS = ("poisson", "fixed_size")
+DECAYS = ("epoch", "step")
+METHODS = ("rdp",) + dpd_accounting.METHODS
+
+
+def dpd_iterations(population_size, batch_size, epochs, sampling):
+  """Iterations T of a DPD run: ``round(E / nu)`` Poisson samples, or Keras's
+  ``E * ceil(N / S)`` fixed-size batches (the last one of each pass short)."""
+  if sampling == "poisson":
+    return max(1, int(round(epochs * population_size / batch_size)))
+  return int(math.ceil(epochs)) * int(math.ceil(population_size / batch_size))
+
+
+def _rdp_sigma(epsilon, delta, population_size, batch_size, iterations,
+               sampling):
+  """sigma whose ledger noise multiplier 2 sigma gives epsilon by RDP."""
+  accounted_epochs = iterations * batch_size / population_size
+  z = analysis.compute_noise_multiplier(
+      population_size, batch_size, epsilon, accounted_epochs, delta,
+      sampling="poisson" if sampling == "poisson" else "without_replacement")
+  return z / 2
+
+
+def _rdp_epsilon(sigma, delta, population_size, batch_size, iterations,
+                 sampling):
+  accounted_epochs = iterations * batch_size / population_size
+  eps, _ = analysis.compute_dp_sgd_privacy(
+      population_size, batch_size, 2 * sigma, accounted_epochs, delta,
+      sampling="poisson" if sampling == "poisson" else "without_replacement")
+  return eps
+
+
+def _check_choices(as_published, **kwargs):
+  allowed = {"method": METHODS, "clipping": CLIPPINGS, "sampling": SAMPLINGS,
+             "learning_rate_decay": DECAYS}
+  for name, value in kwargs.items():
+    if value not in allowed[name]:
+      raise ValueError(f"{name} must be one of {allowed[name]}; got "
+                       f"{value!r}.")
+  if kwargs["clipping"] == "batch" and kwargs["sampling"] == "poisson":
+    raise ValueError(
+        "clipping='batch' needs sampling='fixed_size': a batch clipped as a "
+        "whole is one record, and Poisson samples have no fixed records. "
+        "Use clipping='per_example' with Poisson sampling.")
+  if kwargs["method"] == "rdp" and as_published:
+    raise ValueError("as_published applies to method='ac' or 'zcdp' (the "
+                     "paper's accountings), not to method='rdp'.")
+
+
+def _calibrate(noise_multiplier, epsilon, delta, n, batch_size, iterations,
+               sampling, method, as_published):
+  """Returns (sigma, the epsilon that ``method`` claims for it)."""
+  nu = batch_size / n
+  if noise_multiplier is None:
+    if epsilon is None or delta is None:
+      raise ValueError("Give noise_multiplier (sigma), or epsilon and delta.")
+    if method == "rdp":
+      noise_multiplier = _rdp_sigma(epsilon, delta, n, batch_size,
+                                    iterations, sampling)
+    else:
+      noise_multiplier = dpd_accounting.dpd_noise_multiplier(
+          epsilon, delta, nu, iterations, method, as_published)
+  if delta is None:
+    return noise_multiplier, None
+  if method == "rdp":
+    return noise_multiplier, _rdp_epsilon(noise_multiplier, delta, n,
+                                          batch_size, iterations, sampling)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    return noise_multiplier, dpd_accounting.dpd_epsilon(
+        noise_multiplier, delta, nu, iterations, method, as_published)
+
 
 def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
                        learning_rate, noise_multiplier=None, epsilon=None,
-                       delta=None, method="zcdp", as_published=False,
-                       keras=None):
+                       delta=None, method="rdp", as_published=False,
+                       clipping="per_example", sampling="poisson",
+                       learning_rate_decay="epoch", keras=None):
   """A DPD optimizer and a description of its privacy.
 
-  Give ``noise_multiplier`` (sigma) or ``epsilon`` and ``delta`` (sigma is then
-  calibrated with the paper's accounting ``method``, composed over the
-  iterations performed unless ``as_published``).
+  Privacy contract: every iteration clips (per example, or the batch as a
+  whole: ``clipping``) to ``l2_norm_clip`` = C, adds N(0, 4 C^2 sigma^2 I)
+  once and records in the ledger the sample (``sampling``, rate
+  ``nu = batch_size / population_size``) and a sum query whose noise
+  multiplier relative to the recorded clip is ``2 sigma``. The proven epsilon
+  is ``tf_dp.analysis.compute_epsilon_from_ledger(optimizer.ledger, delta)``.
+
+  Args:
+    population_size: N, the number of training examples.
+    batch_size: S (the expected sample size under Poisson sampling).
+    epochs: E, passes over the data; the run has
+      ``dpd_iterations(N, S, E, sampling)`` iterations.
+    l2_norm_clip: C.
+    learning_rate: eta_0; ``eta_t = eta_0 / t`` (gamma = 1), with t the data
+      pass (``learning_rate_decay="epoch"``, the paper's "per round") or the
+      iteration (``"step"``).
+    noise_multiplier: sigma (noise stddev / 2C). Or give ``epsilon`` and
+      ``delta`` and sigma is calibrated by ``method``.
+    epsilon, delta: Target (epsilon, delta); delta alone makes ``info`` carry
+      the epsilon that ``method`` claims for the given sigma.
+    method: ``"rdp"`` (default: tf_dp's RDP accountant for the run
+      performed), ``"zcdp"`` or ``"ac"`` (the paper's Section 4.3 formulas,
+      composed over the iterations unless ``as_published``).
+    as_published: Compose the paper's accounting over data passes, as its
+      reported sigma values do (warns; the claimed epsilon does not hold).
+    clipping: ``"per_example"`` or ``"batch"`` (see the module docstring).
+    sampling: ``"poisson"`` (train on ``tf_dp.data.poisson_sampled_batches(x,
+      y, info["sampling_rate"], info["iterations"])`` in ONE Keras epoch) or
+      ``"fixed_size"`` (``fit(x, y, batch_size=S, epochs=E)``).
+    learning_rate_decay: ``"epoch"`` or ``"step"``.
+    keras: The Keras module (default: Keras 3 if installed, else tf-keras).
 
   Returns:
     ``(optimizer, info)``; info has ``sigma``, ``iterations``,
-    ``sampling_rate`` and ``claimed_epsilon`` (the paper's accounting; the
-    proven epsilon is ``compute_epsilon_from_ledger(optimizer.ledger, ...)``).
+    ``sampling_rate``, ``claimed_epsilon`` (by ``method``), ``method``,
+    ``as_published``, ``clipping`` and ``sampling``.
+
+  Raises:
+    ValueError: on an unknown choice, or a combination that cannot be
+      accounted (batch clipping with Poisson sampling).
   """
+  _check_choices(method=method, clipping=clipping, sampling=sampling,
+                 learning_rate_decay=learning_rate_decay,
+                 as_published=as_published)
   keras = keras or compat.keras3() or compat.keras2()
-  nu = batch_size / population_size
-  # Keras runs ceil(N / S) batches per epoch (the last one short): account
-  # for, and size the ledger by, the iterations actually performed.
-  iterations = int(math.ceil(epochs)) * int(math.ceil(population_size
-                                                      / batch_size))
-  if noise_multiplier is None:
-    if epsilon is None or delta is None:
-      raise ValueError("Give noise_multiplier, or epsilon and delta.")
-    noise_multiplier = dpd_accounting.dpd_noise_multiplier(
-        epsilon, delta, nu, iterations, method, as_published)
-  claimed = None
-  if delta is not None:
-    import warnings  # pylint: disable=g-import-not-at-top
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", UserWarning)
-      claimed = dpd_accounting.dpd_epsilon(noise_multiplier, delta, nu,
-                                           iterations, method, as_published)
-  n = float(population_size)
+  n = int(population_size)
+  nu = batch_size / n
+  iterations = dpd_iterations(n, batch_size, epochs, sampling)
+  sigma, claimed = _calibrate(noise_multiplier, epsilon, delta, n,
+                              batch_size, iterations, sampling, method,
+                              as_published)
+  steps_per_pass = max(1, int(round(iterations / max(epochs, 1e-12))))
+  # clipping="per_example": the optimizer divides the noised sum by S (or
+  # q N = S), so S eta_t / 2 applies (eta_t / 2) to the sum. "batch": the
+  # record is the batch mean clipped to C / N, so N eta_t / 2 applies
+  # (eta_t / 2) to the clipped full-data-scale gradient.
+  scale = batch_size if clipping == "per_example" else n
   schedule = keras.optimizers.schedules.InverseTimeDecay(
-      initial_learning_rate=n * learning_rate / 2, decay_steps=1,
-      decay_rate=1.0)  # N eta_0 / (2 t), t = step + 1.
+      initial_learning_rate=scale * learning_rate / 2,
+      decay_steps=steps_per_pass if learning_rate_decay == "epoch" else 1,
+      decay_rate=1.0, staircase=True)  # eta_0 / t, t = 1, 2, ...
   optimizer = DPOptimizer(
-      keras.optimizers.SGD(schedule), l2_norm_clip=l2_norm_clip / n,
-      noise_multiplier=2 * noise_multiplier, num_microbatches=1,
-      population_size=population_size, sampling="fixed_size",
+      keras.optimizers.SGD(schedule),
+      l2_norm_clip=l2_norm_clip if clipping == "per_example"
+      else l2_norm_clip / n,
+      noise_multiplier=2 * sigma,
+      num_microbatches=None if clipping == "per_example" else 1,
+      population_size=n, sampling=sampling,
+      sampling_probability=nu if sampling == "poisson" else None,
       max_lots=iterations + 10)
-  info = {"sigma": noise_multiplier, "iterations": iterations,
-          "sampling_rate": nu, "claimed_epsilon": claimed, "method": method,
-          "as_published": as_published}
+  info = {"sigma": sigma, "iterations": iterations, "sampling_rate": nu,
+          "claimed_epsilon": claimed, "method": method,
+          "as_published": as_published, "clipping": clipping,
+          "sampling": sampling}
   return optimizer, info
