@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tf_dp
+from tf_dp.keras import dpd
 from tf_dp.keras.dpd import make_dpd_optimizer
 from tests.keras import helpers
 
@@ -168,3 +169,13 @@ def test_refuses_combinations_that_cannot_be_accounted():
                        sampling="shuffle")
   with pytest.raises(ValueError, match="Give noise_multiplier"):
     make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0)
+
+
+@pytest.mark.parametrize("K", helpers.keras_modules())
+def test_learning_rate_decays_per_pass_as_eta0_over_t(K):
+  schedule = dpd.dpd_learning_rate(K, 2.5, 5)
+  rates = [float(schedule(step)) for step in range(12)]
+  np.testing.assert_allclose(rates, [2.5] * 5 + [1.25] * 5 + [2.5 / 3] * 2,
+                             rtol=1e-6)
+  assert dpd.dpd_iterations(1438, 100, 100, "poisson") == 1438
+  assert dpd.dpd_iterations(1438, 100, 100, "fixed_size") == 1500

@@ -53,6 +53,13 @@ def dpd_iterations(population_size, batch_size, epochs, sampling):
   return int(math.ceil(epochs)) * int(math.ceil(population_size / batch_size))
 
 
+def dpd_learning_rate(keras, initial, steps_per_decay):
+  """``initial / t`` with ``t = 1 + floor(step / steps_per_decay)`` (gamma = 1)."""
+  return keras.optimizers.schedules.InverseTimeDecay(
+      initial_learning_rate=initial, decay_steps=steps_per_decay,
+      decay_rate=1.0, staircase=True)
+
+
 def _rdp_sigma(epsilon, delta, population_size, batch_size, iterations,
                sampling):
   """sigma whose ledger noise multiplier 2 sigma gives epsilon by RDP."""
@@ -177,10 +184,9 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
   # record is the batch mean clipped to C / N, so N eta_t / 2 applies
   # (eta_t / 2) to the clipped full-data-scale gradient.
   scale = batch_size if clipping == "per_example" else n
-  schedule = keras.optimizers.schedules.InverseTimeDecay(
-      initial_learning_rate=scale * learning_rate / 2,
-      decay_steps=steps_per_pass if learning_rate_decay == "epoch" else 1,
-      decay_rate=1.0, staircase=True)  # eta_0 / t, t = 1, 2, ...
+  schedule = dpd_learning_rate(
+      keras, scale * learning_rate / 2,
+      steps_per_pass if learning_rate_decay == "epoch" else 1)
   optimizer = DPOptimizer(
       keras.optimizers.SGD(schedule),
       l2_norm_clip=l2_norm_clip if clipping == "per_example"
