@@ -77,13 +77,14 @@ def build(keras, inputs, hidden, seed):
 
 
 def langevin_callback(keras, model, eta_t):
-  """Adds the SGLD noise N(0, eta_t I) to every weight after each step."""
+  """Adds the SGLD noise N(0, eta_t I) to every weight after each step;
+  ``eta_t`` is a schedule of the step."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   class Langevin(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
-      std = math.sqrt(eta_t(batch))
+      std = math.sqrt(float(eta_t(batch)))
       for v in model.trainable_variables:
         v.assign_add(tf.random.normal(v.shape, stddev=std))
 
@@ -94,7 +95,7 @@ def run(kind, sigma, data, setup, seed, epochs):
   """Trains once; returns (test accuracy, ledger epsilon)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_dp  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras.dpd import make_dpd_optimizer  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import dpd  # pylint: disable=g-import-not-at-top
   keras = tf.keras
   (x, y), (xt, yt) = data
   n, batch = len(x), setup["batch"]
@@ -102,16 +103,13 @@ def run(kind, sigma, data, setup, seed, epochs):
                                          seed))
   callbacks = []
   if kind == "literal":
-    opt, _ = make_dpd_optimizer(n, batch, epochs, setup["clip"],
-                                setup["eta0"], noise_multiplier=sigma,
-                                clipping="batch", sampling="fixed_size",
-                                keras=keras)
+    opt, _ = dpd.make_dpd_optimizer(n, batch, epochs, setup["clip"],
+                                    setup["eta0"], noise_multiplier=sigma,
+                                    clipping="batch", sampling="fixed_size",
+                                    keras=keras)
     fit_kw = dict(x=x, y=y, batch_size=batch, epochs=epochs, shuffle=True)
   else:
-    opt, info = make_dpd_optimizer(n, batch, epochs, setup["clip"],
-                                   setup["eta0"], noise_multiplier=sigma,
-                                   keras=keras)
-    steps = info["iterations"]
+    steps = dpd.dpd_iterations(n, batch, epochs, "poisson")
     if kind == "dpsgd":  # Abadi et al.: constant rate on the noised mean.
       opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1),
                               l2_norm_clip=setup["clip"],
@@ -119,10 +117,13 @@ def run(kind, sigma, data, setup, seed, epochs):
                               sampling="poisson",
                               sampling_probability=batch / n,
                               max_lots=steps + 10)
-    if kind == "sgld":
-      per_pass = round(steps / epochs)
-      callbacks.append(langevin_callback(
-          keras, model, lambda b: setup["eta0"] / (1 + b // per_pass)))
+    else:
+      opt, info = dpd.make_dpd_optimizer(n, batch, epochs, setup["clip"],
+                                         setup["eta0"],
+                                         noise_multiplier=sigma, keras=keras)
+    if kind == "sgld":  # eta_t of the DPD step, as the Langevin variance.
+      callbacks.append(langevin_callback(keras, model, dpd.dpd_learning_rate(
+          keras, setup["eta0"], info["steps_per_pass"])))
     fit_kw = dict(x=tf_dp.data.poisson_sampled_batches(
         x, y.astype("int32"), batch / n, steps, seed=seed), epochs=1)
   model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(
@@ -133,7 +134,7 @@ def run(kind, sigma, data, setup, seed, epochs):
   return acc, eps
 
 
-def sigmas(n, setup, epochs, eps):
+def rows_at(n, setup, epochs, eps):
   """(label, kind, sigma, paper row) of every row at one epsilon."""
   import tf_dp  # pylint: disable=g-import-not-at-top
   from tf_dp.keras import dpd  # pylint: disable=g-import-not-at-top
@@ -189,7 +190,7 @@ def main():
     print(f"{'row':23s} {'eps':>5s} {'paper':>7s} {'ours':>15s} "
           f"{'sigma':>8s} {'RDP eps add/rm':>14s}  note")
     for i, eps in enumerate(EPSILONS):
-      for label, kind, sigma, paper_row in sigmas(n, setup, epochs, eps):
+      for label, kind, sigma, paper_row in rows_at(n, setup, epochs, eps):
         if not any(label.startswith(w) for w in wanted):
           continue
         results = [run(kind, sigma, data, setup, s, epochs)

@@ -71,20 +71,26 @@ def make_data(kind, n, seed=0):
   return x, y
 
 
-def reference_update(model, x, y, clip, lr, microbatch=1):
-  """One DP-SGD step (no noise) by a Python loop: clip each record, average."""
+def record_grads(model, x, y, microbatch=1):
+  """Gradients of each record's mean loss (float64), by a Python loop."""
   loss_fn = lambda yt, yp: tf.keras.backend.sparse_categorical_crossentropy(
       yt, yp, from_logits=True)
   variables = model.trainable_variables
-  total = [np.zeros(v.shape, np.float64) for v in variables]
-  n_records = len(x) // microbatch
-  for i in range(n_records):
+  for i in range(len(x) // microbatch):
     xi = x[i * microbatch:(i + 1) * microbatch]
     yi = y[i * microbatch:(i + 1) * microbatch]
     with tf.GradientTape() as tape:
       loss = tf.reduce_mean(loss_fn(yi, model(xi, training=False)))
-    grads = [np.asarray(tf.convert_to_tensor(g), np.float64)
-             for g in tape.gradient(loss, variables)]
+    yield [np.asarray(tf.convert_to_tensor(g), np.float64)
+           for g in tape.gradient(loss, variables)]
+
+
+def reference_update(model, x, y, clip, lr, microbatch=1):
+  """One DP-SGD step (no noise) by a Python loop: clip each record, average."""
+  variables = model.trainable_variables
+  total = [np.zeros(v.shape, np.float64) for v in variables]
+  n_records = len(x) // microbatch
+  for grads in record_grads(model, x, y, microbatch):
     norm = np.sqrt(sum(np.sum(g * g) for g in grads))
     scale = min(1.0, clip / norm) if norm > 0 else 1.0
     total = [t + g * scale for t, g in zip(total, grads)]

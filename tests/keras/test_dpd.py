@@ -99,16 +99,6 @@ def test_noise_of_one_dpd_step(K, clipping):
   assert np.std(rescaled) == pytest.approx(2 * c * sigma, rel=0.08)
 
 
-def _per_example_grads(model, loss, x, y):
-  grads = []
-  for i in range(len(x)):
-    with tf.GradientTape() as tape:
-      value = tf.reduce_sum(loss.call(y[i:i + 1], model(x[i:i + 1])))
-    grads.append([tf.convert_to_tensor(g).numpy()
-                  for g in tape.gradient(value, model.trainable_variables)])
-  return grads
-
-
 @pytest.mark.parametrize("K", helpers.keras_modules())
 def test_one_step_of_per_example_clipping(K):
   # theta_1 = theta_0 - (eta_1 / 2) sum_i clip_C(grad l_i), no noise; a
@@ -117,15 +107,10 @@ def test_one_step_of_per_example_clipping(K):
   n, s, c, eta0 = 50, 10, 0.1, 0.05
   model = helpers.build_model(K, "dense")
   loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
-  clipped_sum = None
-  for g in _per_example_grads(model, loss, x, y):
-    norm = np.sqrt(sum(np.sum(t * t) for t in g))
-    assert norm > c
-    g = [t * c / norm for t in g]
-    clipped_sum = g if clipped_sum is None else [
-        a + b for a, b in zip(clipped_sum, g)]
-  expected = [v.numpy() - eta0 / 2 * g
-              for v, g in zip(model.trainable_variables, clipped_sum)]
+  for g in helpers.record_grads(model, x, y):
+    assert np.sqrt(sum(np.sum(t * t) for t in g)) > c
+  # The reference averages the clipped gradients: lr = S eta_0 / 2.
+  expected = helpers.reference_update(model, x, y, clip=c, lr=s * eta0 / 2)
   opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
                               sampling="fixed_size", keras=K)
   _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)

@@ -60,22 +60,32 @@ def dpd_learning_rate(keras, initial, steps_per_decay):
       decay_rate=1.0, staircase=True)
 
 
+def _accountant_run(population_size, batch_size, iterations, sampling):
+  """The (epochs, sampling) arguments under which tf_dp.analysis accounts
+  exactly ``iterations`` steps of this sampling: it composes
+  ceil(epochs * N / S) steps, so a fractional number of epochs is passed."""
+  return (iterations * batch_size / population_size,
+          "poisson" if sampling == "poisson" else "without_replacement")
+
+
 def _rdp_sigma(epsilon, delta, population_size, batch_size, iterations,
                sampling):
   """sigma whose ledger noise multiplier 2 sigma gives epsilon by RDP."""
-  accounted_epochs = iterations * batch_size / population_size
+  epochs, accountant_sampling = _accountant_run(population_size, batch_size,
+                                                iterations, sampling)
   z = analysis.compute_noise_multiplier(
-      population_size, batch_size, epsilon, accounted_epochs, delta,
-      sampling="poisson" if sampling == "poisson" else "without_replacement")
+      population_size, batch_size, epsilon, epochs, delta,
+      sampling=accountant_sampling)
   return z / 2
 
 
 def _rdp_epsilon(sigma, delta, population_size, batch_size, iterations,
                  sampling):
-  accounted_epochs = iterations * batch_size / population_size
+  epochs, accountant_sampling = _accountant_run(population_size, batch_size,
+                                                iterations, sampling)
   eps, _ = analysis.compute_dp_sgd_privacy(
-      population_size, batch_size, 2 * sigma, accounted_epochs, delta,
-      sampling="poisson" if sampling == "poisson" else "without_replacement")
+      population_size, batch_size, 2 * sigma, epochs, delta,
+      sampling=accountant_sampling)
   return eps
 
 
@@ -162,7 +172,7 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
   Returns:
     ``(optimizer, info)``; info has ``sigma``, ``iterations``,
     ``sampling_rate``, ``claimed_epsilon`` (by ``method``), ``method``,
-    ``as_published``, ``clipping`` and ``sampling``.
+    ``as_published``, ``clipping``, ``sampling`` and ``steps_per_pass``.
 
   Raises:
     ValueError: on an unknown choice, or a combination that cannot be
@@ -199,5 +209,5 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
   info = {"sigma": sigma, "iterations": iterations, "sampling_rate": nu,
           "claimed_epsilon": claimed, "method": method,
           "as_published": as_published, "clipping": clipping,
-          "sampling": sampling}
+          "sampling": sampling, "steps_per_pass": steps_per_pass}
   return optimizer, info
