@@ -39,7 +39,6 @@ import statistics
 import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 PAPER = {
     "digits": {"DPD-AC": (0.9341, 0.9089, 0.8521),

@@ -19,7 +19,6 @@ import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # target eps: (clip, learning rate, epochs) of the TF Privacy tutorial table,

@@ -24,7 +24,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 TARGETS = {"cnn": 2.0, "mlp": 1.5, "memory": 1.5}
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-export TF_CPP_MIN_LOG_LEVEL=2 TF_ENABLE_ONEDNN_OPTS=0
+export TF_CPP_MIN_LOG_LEVEL=2
 py="$(scripts/setup_env.sh tf221 | tail -n 1)"
 if [ -f tutorials/mnist_dpsgd_keras.py ]; then
   exec "$py" tutorials/mnist_dpsgd_keras.py "$@"

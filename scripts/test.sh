@@ -8,9 +8,6 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONHASHSEED=0
-# TF 2.21's oneDNN matmul bug (tensorflow#117700) corrupts some vectorized
-# per-example computations; see ../shared/TF_FACTS.md.
-export TF_ENABLE_ONEDNN_OPTS=0
 status=0
 for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   echo "=== stack $stack: setting up"
