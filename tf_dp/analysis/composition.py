@@ -11,7 +11,14 @@ reproduce published figures and as independent upper bounds.
 
 import math
 
+import numpy as np
+
 from tf_dp.analysis import _validation
+
+
+def _expm1(x):
+  """math.expm1 that returns inf instead of raising OverflowError."""
+  return math.inf if x > 709.0 else math.expm1(x)
 
 
 def advanced_composition(epsilon, delta, k, delta_prime):
@@ -21,12 +28,13 @@ def advanced_composition(epsilon, delta, k, delta_prime):
   (Dwork & Roth 2014, Theorem 3.20).
   """
   epsilon = _validation.check_epsilon("epsilon", epsilon)
+  delta = _validation.check_delta("delta", delta, allow_zero=True)
   k = _validation.check_steps("k", k)
   delta_prime = _validation.check_delta("delta_prime", delta_prime)
-  if not 0.0 <= delta <= 1.0:
-    raise ValueError(f"delta must lie in [0, 1]; got {delta!r}.")
+  if k == 0:  # Nothing composed (and no 0 * inf when epsilon is inf).
+    return 0.0, delta_prime
   eps_total = (math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon
-               + k * epsilon * math.expm1(epsilon))
+               + k * epsilon * _expm1(epsilon))
   return eps_total, k * delta + delta_prime
 
 
@@ -34,10 +42,16 @@ def amplify_by_poisson_sampling(epsilon, delta, q):
   """Privacy amplification of an (eps, delta)-DP step by sampling rate q.
 
   Returns ``(log(1 + q (e^eps - 1)), q delta)`` (Li et al. 2012, Thm. 1).
+  ``delta`` must lie in [0, 1] and ``q`` in [0, 1] (``ValueError`` else).
   """
   epsilon = _validation.check_epsilon("epsilon", epsilon)
+  delta = _validation.check_delta("delta", delta, allow_zero=True)
   q = _validation.check_probability("q", q)
-  return math.log1p(q * math.expm1(epsilon)), q * delta
+  if q == 0 or epsilon == 0:
+    return 0.0, q * delta
+  # log(1 + exp(log q + log(e^eps - 1))): no overflow, no cancellation.
+  log_x = math.log(q) + epsilon + math.log(-math.expm1(-epsilon))
+  return float(np.logaddexp(0.0, log_x)), q * delta
 
 
 def gaussian_mechanism_epsilon(noise_multiplier, delta):
@@ -54,25 +68,22 @@ def gaussian_mechanism_epsilon(noise_multiplier, delta):
 
 def gaussian_mechanism_noise_multiplier(epsilon, delta):
   """Inverse of ``gaussian_mechanism_epsilon``."""
-  if not epsilon > 0:
-    raise ValueError(f"epsilon must be > 0; got {epsilon!r}.")
+  epsilon = _validation.check_epsilon("epsilon", epsilon, allow_zero=False)
   delta = _validation.check_delta("delta", delta)
   return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
 def gaussian_zcdp(sensitivity, stddev):
   """rho of the Gaussian mechanism: sensitivity^2 / (2 stddev^2) (Prop. 1.6)."""
-  if not sensitivity >= 0:
-    raise ValueError(f"sensitivity must be >= 0; got {sensitivity!r}.")
-  if not stddev > 0:
-    raise ValueError(f"stddev must be > 0; got {stddev!r}.")
+  sensitivity = _validation.check_real("sensitivity", sensitivity, low=0.0,
+                                       allow_inf=False)
+  stddev = _validation.check_real("stddev", stddev, low=0.0, low_open=True)
   return sensitivity ** 2 / (2.0 * stddev ** 2)
 
 
 def zcdp_to_dp_epsilon(rho, delta):
   """Epsilon of a rho-zCDP mechanism: rho + 2 sqrt(rho log(1/delta)) (Prop. 1.3)."""
-  if not rho >= 0:
-    raise ValueError(f"rho must be >= 0; got {rho!r}.")
+  rho = _validation.check_real("rho", rho, low=0.0)
   delta = _validation.check_delta("delta", delta)
   return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
@@ -99,10 +110,16 @@ def strong_composition_dp_sgd_epsilon(q, noise_multiplier, steps, delta,
   replaced by its first-order form ``k eps^2``; this reproduces the figure
   quoted by Abadi et al. (2016), eps ~ 9.34 for q=0.01, z=4, T=10^4,
   delta=1e-5. The exact theorem (``first_order=False``) gives 9.35.
+  Limits: ``q = 0`` (nothing sampled) and ``noise_multiplier = inf``
+  (nothing released) give epsilon 0.
   """
   q = _validation.check_probability("q", q)
+  noise_multiplier = _validation.check_noise_multiplier("noise_multiplier",
+                                                        noise_multiplier)
   steps = _validation.check_positive_int("steps", steps)
   delta = _validation.check_delta("delta", delta)
+  if q == 0 or math.isinf(noise_multiplier):
+    return 0.0
   delta0 = delta / 2.0 / (steps * q)
   eps_step = q * gaussian_mechanism_epsilon(noise_multiplier, min(delta0,
                                                                   0.999))

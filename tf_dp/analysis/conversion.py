@@ -11,7 +11,9 @@ Two conversions are offered:
   al. 2016's 1.26, the TF Privacy README's 2.92) use this one.
 
 Both are valid upper bounds on epsilon; the minimum over the given orders is
-returned. When that minimum sits at the smallest or largest order a warning
+returned. An RDP of exactly 0 at some order (nothing released, e.g. infinite
+noise or no steps) means identical output distributions and gives
+epsilon = 0 and delta = 0. When that minimum sits at the smallest or largest order a warning
 is issued, since a wider order list may give a smaller epsilon.
 """
 
@@ -45,6 +47,8 @@ def _epsilons(orders, rdp, delta, conversion):
     else:
       eps = rdp + math.log(1.0 / delta) / (orders - 1.0)
   eps = np.where(np.isinf(orders), rdp, eps)  # order inf: pure DP.
+  # RDP 0 at an order > 1 means identical output distributions: (0, 0)-DP.
+  eps = np.where(rdp == 0, 0.0, eps)
   return np.maximum(eps, 0.0)
 
 
@@ -57,7 +61,8 @@ def _log_deltas(orders, rdp, epsilon, conversion):
       log_delta = (orders - 1.0) * (rdp - epsilon)
   finite = np.isfinite(orders)
   pure = np.where(rdp <= epsilon, -np.inf, 0.0)  # order inf: pure DP.
-  return np.where(finite, np.nan_to_num(log_delta, nan=np.inf), pure)
+  log_delta = np.where(finite, np.nan_to_num(log_delta, nan=np.inf), pure)
+  return np.where(rdp == 0, -np.inf, log_delta)  # identical distributions
 
 
 def _warn_if_edge(orders, index, what):

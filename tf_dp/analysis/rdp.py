@@ -22,7 +22,14 @@ values of the RDP keep their relative precision:
   ``u = q * expm1((2z - 1) / (2 s^2))`` (the linear term has zero mean).
   The integrand is non-negative and analytic in a strip of half-width
   ``pi s^2``, so the trapezoid rule converges exponentially fast; the step is
-  chosen well inside that strip. Tests compare it with an mpmath integration.
+  chosen well inside that strip. The integrand is evaluated in log space
+  (``log(1 + u) = logaddexp(log(1 - q), log(q) + t)``), so large
+  ``alpha / s^2`` (order 1024 at ``s = 0.1``) cannot overflow. Tests compare
+  it with an mpmath integration. A fractional order that would need more
+  than 2 * 10^6 points (e.g. order 3.5 below ``s ~ 0.0024``) is refused
+  with a ``ValueError``; integer orders are exact for every ``s > 0``.
+
+Infinite noise releases nothing: its RDP is 0 at every order.
 
 All functions are pure numpy/scipy and vectorised over noise multipliers,
 so long heterogeneous ledgers are accounted quickly.
@@ -43,6 +50,10 @@ DEFAULT_ORDERS = tuple(
     + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0])
 
 _TAYLOR_TERMS = 12  # (1+u)^a - 1 - a u by its series when |u| < 0.01.
+# Fractional orders: at most this many trapezoid points per noise multiplier
+# (beyond it a ValueError asks for integer orders), and per chunk of rows.
+_MAX_FRAC_GRID_POINTS = 2_000_000
+_FRAC_GRID_ELEMS = 4_000_000
 
 
 def _log_expm1(y):
@@ -89,8 +100,16 @@ def _log_a_minus_1_int_orders(q, sigmas, int_orders, chunk_elems=4_000_000):
   return out
 
 
-def _log_g(u, alpha):
-  """log((1+u)^alpha - 1 - alpha*u), elementwise, for u > -1."""
+def _log_g(t, q, alpha):
+  """log((1+u)^alpha - 1 - alpha*u) with u = q*expm1(t), elementwise.
+
+  Evaluated in log space: ``log(1+u) = logaddexp(log(1-q), log(q) + t)`` and
+  ``log(u) = log(q) + log(expm1(t))`` never overflow, so large
+  ``alpha * t`` (large orders, small noise) stays finite. Requires 0 < q < 1.
+  """
+  log1pu = np.logaddexp(math.log1p(-q), math.log(q) + t)
+  big_l = alpha * log1pu  # log((1+u)^alpha)
+  u = q * np.expm1(np.minimum(t, 700.0))  # exact wherever it is used below
   small = np.abs(u) < 0.01
   # Taylor branch: sum_{k>=2} C(alpha, k) u^k, all terms summed directly.
   us = np.where(small, u, 0.0)
@@ -101,57 +120,71 @@ def _log_g(u, alpha):
     coef *= (alpha - k + 1) / k
     power = power * us
     series += coef * power
-  with np.errstate(divide="ignore"):
-    log_small = np.log(np.maximum(series, 0.0))
-  # Direct branch: L = alpha*log(1+u), then log(e^L - 1 - alpha u).
-  ub = np.where(small, 1.0, u)
-  big_l = alpha * np.log1p(ub)
-  moderate = big_l < 1.0
+  moderate = big_l < 1.0  # then u < e^(1/alpha) - 1: u is exact
+  # Tail (big_l >= 1, so u > 0): L + log(1 - (1 + alpha u) e^-L).
+  tpos = np.where(moderate | small, 1.0, t)
+  log_1_alpha_u = np.logaddexp(
+      0.0, math.log(alpha) + math.log(q) + _log_expm1(tpos))
   with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    log_small = np.log(np.maximum(series, 0.0))
     direct = np.log(np.maximum(
-        np.expm1(np.where(moderate, big_l, 0.0)) - alpha * ub, 0.0))
-    tail = big_l + np.log1p(-(1.0 + alpha * ub) * np.exp(-big_l))
-  log_big = np.where(moderate, direct, tail)
-  return np.where(small, log_small, log_big)
+        np.expm1(np.where(moderate, big_l, 0.0)) - alpha * u, 0.0))
+    tail = big_l + np.log1p(-np.exp(log_1_alpha_u - big_l))
+  return np.where(small, log_small, np.where(moderate, direct, tail))
+
+
+def _frac_grid_points(sigmas, alpha):
+  """Trapezoid points for each noise multiplier (see _log_a_minus_1_frac)."""
+  step = np.minimum(sigmas / 3.0, math.pi * sigmas ** 2 / 8.0)
+  return np.maximum(np.ceil((alpha + 22.0 * sigmas) / step) + 1, 64)
 
 
 def _log_a_minus_1_frac(q, sigmas, alpha):
-  """log(A_alpha - 1) for a fractional order by trapezoid quadrature."""
-  # Grid step: well inside the analyticity strip (pi s^2) and the
-  # Gaussian width (s); range covers both bumps (z ~ 0 and z ~ alpha).
-  step = np.minimum(sigmas / 3.0, math.pi * sigmas ** 2 / 8.0)
-  lo = -11.0 * sigmas
-  hi = alpha + 11.0 * sigmas
-  n_points = int(np.max(np.ceil((hi - lo) / step))) + 1
-  n_points = min(max(n_points, 64), 400000)
+  """log(A_alpha - 1) for a fractional order by trapezoid quadrature.
+
+  The grid step is well inside the analyticity strip (pi s^2) and the
+  Gaussian width (s); the range covers both bumps (z ~ 0 and z ~ alpha).
+  Rows are processed in chunks of at most _FRAC_GRID_ELEMS grid values.
+  """
+  n_points = int(np.max(_frac_grid_points(sigmas, alpha)))
+  out = np.empty(len(sigmas))
+  rows = max(1, _FRAC_GRID_ELEMS // n_points)
   grid = np.linspace(0.0, 1.0, n_points)
-  z = lo[:, None] + (hi - lo)[:, None] * grid[None, :]
-  h = (hi - lo) / (n_points - 1)
-  s2 = sigmas[:, None] ** 2
-  u = q * np.expm1((2.0 * z - 1.0) / (2.0 * s2))
-  if q > 0.5:  # 1 + u can approach 0: keep log(1 + u) exact there.
-    u = np.maximum(u, -1.0 + 1e-300)
-  log_density = -z * z / (2.0 * s2) - np.log(sigmas[:, None]
-                                               * math.sqrt(2 * math.pi))
-  log_integrand = _log_g(u, alpha) + log_density
-  return special.logsumexp(log_integrand, axis=1) + np.log(h)
+  for lo_row in range(0, len(sigmas), rows):
+    s = sigmas[lo_row:lo_row + rows, None]
+    lo, hi = -11.0 * s, alpha + 11.0 * s
+    z = lo + (hi - lo) * grid[None, :]
+    h = (hi[:, 0] - lo[:, 0]) / (n_points - 1)
+    t = (2.0 * z - 1.0) / (2.0 * s * s)
+    log_density = -z * z / (2.0 * s * s) - np.log(s * math.sqrt(2 * math.pi))
+    out[lo_row:lo_row + rows] = (
+        special.logsumexp(_log_g(t, q, alpha) + log_density, axis=1)
+        + np.log(h))
+  return out
 
 
-def _rdp_per_step(q, sigmas, orders):
-  """RDP of one step, shape (len(sigmas), len(orders))."""
-  sigmas = np.asarray(sigmas, dtype=float)
+def _check_frac_grid(sigmas, orders):
+  """Refuses fractional orders whose quadrature would exceed the budget."""
+  for alpha in orders:
+    if math.isinf(alpha) or float(alpha).is_integer():
+      continue
+    points = _frac_grid_points(sigmas, alpha)
+    worst = int(np.argmax(points))
+    if points[worst] > _MAX_FRAC_GRID_POINTS:
+      raise ValueError(
+          f"orders contains the fractional order {float(alpha)!r}, whose RDP at "
+          f"noise_multiplier={float(sigmas[worst])!r} needs "
+          f"{int(points[worst])} quadrature points (at most "
+          f"{_MAX_FRAC_GRID_POINTS}); use integer orders there (exact at "
+          "any order and noise_multiplier) or a smaller fractional order.")
+
+
+def _rdp_per_step_finite(q, sigmas, orders):
+  """``_rdp_per_step`` for finite noise multipliers and 0 < q < 1."""
   out = np.zeros((len(sigmas), len(orders)))
-  if q == 0:
-    return out
-  for j, alpha in enumerate(orders):
-    if math.isinf(alpha):
-      out[:, j] = np.inf
-    elif q == 1.0:
-      out[:, j] = alpha / (2.0 * sigmas ** 2)
-  if q == 1.0:
-    return out
   is_int = np.array([not math.isinf(a) and float(a).is_integer()
                      for a in orders])
+  out[:, np.isinf(orders)] = np.inf
   if np.any(is_int):
     int_orders = [int(a) for a in orders[is_int]]
     log_am1 = _log_a_minus_1_int_orders(q, sigmas, int_orders)
@@ -161,6 +194,33 @@ def _rdp_per_step(q, sigmas, orders):
     if not is_int[j] and not math.isinf(alpha):
       log_am1 = _log_a_minus_1_frac(q, sigmas, alpha)
       out[:, j] = np.logaddexp(0.0, log_am1) / (alpha - 1.0)
+  return out
+
+
+def _rdp_per_step(q, sigmas, orders):
+  """RDP of one step, shape (len(sigmas), len(orders)).
+
+  Infinite noise multipliers release nothing (RDP 0 at every order).
+  """
+  sigmas = np.asarray(sigmas, dtype=float)
+  out = np.zeros((len(sigmas), len(orders)))
+  finite = np.isfinite(sigmas)
+  if q == 0 or not np.any(finite):
+    return out
+  sub = sigmas[finite]
+  if q == 1.0:
+    with np.errstate(invalid="ignore"):
+      rows = np.where(np.isinf(orders), np.inf,
+                      orders[None, :] / (2.0 * sub[:, None] ** 2))
+  else:
+    _check_frac_grid(sub, orders)
+    rows = _rdp_per_step_finite(q, sub, orders)
+  if np.any(np.isnan(rows)):  # A numerical failure: never return NaN.
+    raise ValueError(
+        f"RDP could not be computed for q={q!r}, noise_multiplier in "
+        f"{sub.tolist()!r}, orders {orders.tolist()!r}; please report this "
+        "with the arguments (integer orders are exact everywhere).")
+  out[finite] = rows
   return out
 
 
@@ -180,15 +240,18 @@ def compute_rdp(q, noise_multiplier, steps, orders=None):
 
   Args:
     q: Sampling probability in [0, 1].
-    noise_multiplier: Ratio of the noise stddev to the L2 clip norm, > 0.
+    noise_multiplier: Ratio of the noise stddev to the L2 clip norm, > 0
+      (``inf`` releases nothing: RDP 0).
     steps: Number of compositions, integer >= 0.
     orders: Renyi orders > 1 (``inf`` allowed); ``DEFAULT_ORDERS`` if None.
 
   Returns:
-    A numpy array of RDP values, one per order.
+    A numpy array of RDP values, one per order (never NaN).
 
   Raises:
-    ValueError: on an argument outside its domain (named in the message).
+    ValueError: on an argument outside its domain (named in the message),
+      or a fractional order too large for the quadrature at this noise
+      multiplier (see the module docstring; use integer orders there).
 
   Example:
     >>> rdp = compute_rdp(0.01, 4.0, 10000, [2, 32])

@@ -91,6 +91,8 @@ def compute_rdp_sample_without_replacement(q, noise_multiplier, steps,
   steps = _validation.check_steps("steps", steps)
   orders = rdp_lib._orders_array(orders)  # pylint: disable=protected-access
   out = np.empty(len(orders))
+  if math.isinf(noise_multiplier):  # Infinite noise releases nothing.
+    return np.zeros(len(orders))
   for i, alpha in enumerate(orders):
     if q == 0:
       out[i] = 0.0
