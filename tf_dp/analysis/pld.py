@@ -1,0 +1,206 @@
+r"""Privacy loss distribution (PLD) accounting of DP-SGD: the tightest epsilon.
+
+The accountant composes the exact privacy loss distributions of the
+subsampled Gaussian mechanism (Koskela, Jalko & Honkela 2020; Zhu, Dong &
+Wang 2022) instead of bounding them by Renyi DP, which gives a markedly
+smaller epsilon for the same run (e.g. sigma 1.3, q 256/60000, 702 steps,
+delta 1e-5: 0.377 instead of RDP's 0.573).
+
+How the number is computed, and why it is an upper bound:
+
+* Each event is reduced to a *dominating pair* of one-dimensional Gaussian
+  mixtures whose privacy profile delta(eps) is known in closed form
+  (``pld_gaussian``): Poisson sampling with add/remove-one neighbours gives
+  two pairs, one per ordering of the neighbours ("remove" and "add"), and
+  fixed-size sampling without replacement with replace-one neighbours gives
+  one symmetric pair (derivation in ``pld_gaussian``).
+* Each profile is discretised *pessimistically* on a grid of spacing ``h``
+  by connecting the dots (Doroshenko et al. 2022): the discrete PLD's
+  profile lies on or above the true one everywhere, so the discrete pair
+  dominates the mechanism (``pld_discrete``).
+* Compositions are exact convolutions (FFT) of the discrete PLDs; ``count``
+  identical events are composed by repeated squaring, distinct ones
+  smallest-first; tails beyond ``tail_mass`` are only ever moved *up* in
+  loss (the lower tail to the lowest kept point, the upper tail to +inf).
+* Poisson events are composed separately for the two orderings ("remove"
+  pairs for D' = D + x, "add" pairs for D' = D - x: a fixed pair of
+  neighbours has the same ordering at every step) and the larger delta (or
+  epsilon) is reported. Symmetric events enter both.
+* delta(eps) and eps(delta) are read off the composed discrete PLD exactly.
+
+So every reported epsilon is at least the true epsilon of the composed
+mechanisms, up to floating-point rounding (see ``pld_discrete``). The grid
+spacing only controls how much larger: with the default ``h = 1e-4`` the
+results agree with ``dp_accounting``'s PLD accountant to better than 0.1% on
+DP-SGD workloads (``tests/analysis/test_pld.py``).
+
+Example:
+  >>> acc = PLDAccountant()
+  >>> acc.compose(GaussianEvent("poisson", 256 / 60000, 1.3), 702)
+  >>> eps = acc.get_epsilon(1e-5)  # ~0.377
+"""
+
+import collections
+import dataclasses
+import math
+
+from tf_dp.analysis import _validation
+from tf_dp.analysis import pld_discrete
+from tf_dp.analysis import pld_gaussian
+
+POISSON = "poisson"
+WITHOUT_REPLACEMENT = "without_replacement"
+SAMPLINGS = (POISSON, WITHOUT_REPLACEMENT)
+_SAMPLING_ALIASES = {"poisson": POISSON, "fixed_size": WITHOUT_REPLACEMENT,
+                     "without_replacement": WITHOUT_REPLACEMENT}
+
+DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
+DEFAULT_TAIL_MASS = 1e-15
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianEvent:
+  """One step of a sampled Gaussian sum query (an immutable value).
+
+  Attributes:
+    sampling: ``"poisson"`` (each record kept with probability ``q``;
+      add/remove-one neighbours, sensitivity C) or ``"without_replacement"``
+      (alias ``"fixed_size"``: a uniform batch of ``q * n`` records;
+      replace-one neighbours, sensitivity 2C).
+    sampling_probability: ``q`` in [0, 1].
+    noise_multiplier: Noise stddev divided by the clip norm C; ``inf``
+      means nothing was released, ``0`` means no noise (epsilon = inf).
+  """
+  sampling: str
+  sampling_probability: float
+  noise_multiplier: float
+
+  def __post_init__(self):
+    if self.sampling not in _SAMPLING_ALIASES:
+      raise ValueError(f"sampling must be one of {tuple(_SAMPLING_ALIASES)}; "
+                       f"got {self.sampling!r}.")
+    object.__setattr__(self, "sampling", _SAMPLING_ALIASES[self.sampling])
+    object.__setattr__(self, "sampling_probability", _validation.
+                       check_probability("sampling_probability",
+                                         self.sampling_probability))
+    object.__setattr__(self, "noise_multiplier", _validation.
+                       check_noise_multiplier("noise_multiplier",
+                                              self.noise_multiplier,
+                                              allow_zero=True))
+
+  @property
+  def is_noop(self):
+    return (self.sampling_probability == 0
+            or math.isinf(self.noise_multiplier))
+
+  @property
+  def is_non_private(self):
+    return not self.is_noop and self.noise_multiplier == 0
+
+
+class PLDAccountant:
+  """Composes ``GaussianEvent``s and answers epsilon(delta) / delta(epsilon).
+
+  Privacy contract: the reported epsilon (delta) is an upper bound on the
+  epsilon (delta) of the adaptive composition of all composed events, each
+  under its own neighbouring relation (see ``GaussianEvent``), computed by
+  pessimistic PLD accounting (module docstring).
+
+  Args:
+    value_discretization_interval: Grid spacing ``h`` of the privacy
+      losses. Smaller is tighter and slower (the answer stays an upper bound
+      for any ``h``).
+    tail_mass: Probability mass per truncation that may be moved up in loss
+      to keep arrays short (it can add at most this much to delta per
+      composition).
+
+  Example:
+    >>> acc = PLDAccountant().compose(GaussianEvent("poisson", 0.01, 1.1), 100)
+    >>> eps = acc.get_epsilon(1e-5)
+  """
+
+  def __init__(self, value_discretization_interval=None, tail_mass=None):
+    h = (DEFAULT_VALUE_DISCRETIZATION_INTERVAL
+         if value_discretization_interval is None
+         else value_discretization_interval)
+    if not (isinstance(h, (int, float)) and 0 < h <= 1):
+      raise ValueError("value_discretization_interval must lie in (0, 1]; "
+                       f"got {value_discretization_interval!r}.")
+    tail = DEFAULT_TAIL_MASS if tail_mass is None else tail_mass
+    if not (isinstance(tail, (int, float)) and 0 <= tail < 1e-3):
+      raise ValueError(f"tail_mass must lie in [0, 1e-3); got {tail_mass!r}.")
+    self._h = float(h)
+    self._tail = float(tail)
+    self._counts = collections.Counter()
+    self._non_private = False
+    self._cache = None
+
+  @property
+  def value_discretization_interval(self):
+    return self._h
+
+  def compose(self, event, count=1):
+    """Adds ``count`` repetitions of ``event``; returns ``self``."""
+    if not isinstance(event, GaussianEvent):
+      raise ValueError(f"event must be a GaussianEvent; got {event!r}.")
+    count = _validation.check_steps("count", count)
+    if count == 0 or event.is_noop:
+      return self
+    if event.is_non_private:
+      self._non_private = True
+    else:
+      self._counts[event] += count
+    self._cache = None
+    return self
+
+  def _orderings(self):
+    """The composed discrete PLD of each ordering of the neighbours."""
+    if self._cache is None:
+      tracks = {"remove": [], "add": []}
+      for event, count in self._counts.items():
+        q, sigma = event.sampling_probability, event.noise_multiplier
+        if event.sampling == POISSON:
+          for direction in ("remove", "add"):
+            tracks[direction].append(
+                (single_event_pld(direction, q, sigma, 1.0, self._h,
+                                  self._tail), count))
+        else:
+          pld = single_event_pld("symmetric", q, sigma, 2.0, self._h,
+                                 self._tail)
+          tracks["remove"].append((pld, count))
+          tracks["add"].append((pld, count))
+      if all(
+          e.sampling != POISSON for e in self._counts):
+        tracks = {"remove": tracks["remove"]}  # Both orderings are equal.
+      self._cache = [pld_discrete.compose_all(plds, self._tail, self._h)
+                     for plds in tracks.values()]
+    return self._cache
+
+  def get_delta(self, epsilon):
+    """Smallest delta such that the composition is (epsilon, delta)-DP."""
+    epsilon = _validation.check_epsilon("epsilon", epsilon)
+    if self._non_private:
+      return 1.0
+    return min(1.0, max(p.get_delta(epsilon) for p in self._orderings()))
+
+  def get_epsilon(self, delta):
+    """Smallest epsilon such that the composition is (epsilon, delta)-DP."""
+    delta = _validation.check_delta("delta", delta)
+    if self._non_private:
+      return math.inf
+    return max(p.get_epsilon(delta) for p in self._orderings())
+
+
+def single_event_pld(direction, q, sigma, sens, h, tail_mass):
+  """Connect-the-dots discrete PLD of one subsampled Gaussian pair."""
+  lo, hi = pld_gaussian.loss_range(direction, q, sigma, sens, tail_mass)
+  return pld_discrete.DiscretePld.from_profile(
+      pld_gaussian.privacy_profile(direction, q, sigma, sens), lo, hi, h)
+
+
+def dp_sgd_pld_epsilon(q, noise_multiplier, steps, delta, sampling=POISSON,
+                       value_discretization_interval=None):
+  """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting."""
+  acc = PLDAccountant(value_discretization_interval)
+  acc.compose(GaussianEvent(sampling, q, noise_multiplier), steps)
+  return acc.get_epsilon(delta)
