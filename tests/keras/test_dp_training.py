@@ -212,14 +212,32 @@ def test_batch_not_divisible_into_microbatches_is_a_clear_error(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_scalar_loss_is_refused(K):
-  x, y = helpers.make_data("dense", 8)
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
-  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
-                                            population_size=8),
-                loss=lambda yt, yp: tf.reduce_mean(tf.square(yp)))
-  with pytest.raises(Exception, match="one loss per example"):
-    model.fit(x, y, batch_size=8, verbose=0)
+@pytest.mark.parametrize("method", METHODS)
+def test_batch_averaging_loss_function_is_evaluated_per_example(K, method):
+  # A loss function that averages over its batch is evaluated on batches of
+  # one example, so it gives each example's own loss: the step equals a
+  # per-example loop with that loss.
+  x, y = helpers.make_data("dense", 8, seed=2)
+  model = helpers.build_model(K, "dense")
+  loss = lambda yt, yp: tf.reduce_mean(tf.square(yp))
+  clip, total = 0.05, [np.zeros(v.shape) for v in model.trainable_variables]
+  for i in range(8):
+    with tf.GradientTape() as tape:
+      value = loss(y[i:i + 1], model(x[i:i + 1]))
+    grads = [g.numpy() for g in tape.gradient(value,
+                                              model.trainable_variables)]
+    norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads))
+    total = [t + g * min(1.0, clip / norm) for t, g in zip(total, grads)]
+  expected = [w - t / 8 for w, t in zip(weights(model), total)]
+  model = tf_dp.keras.make_private(model)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), clip, 0.0,
+                                  population_size=8,
+                                  per_example_method=method)
+  model.compile(optimizer=optimizer, loss=loss)
+  model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs,match", [

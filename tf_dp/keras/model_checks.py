@@ -10,9 +10,9 @@
   draw independently per example. Other seeded layers are refused.
 """
 
-import types
-
 import tensorflow as tf
+
+from tf_dp.keras import compat
 
 BATCH_NORM_ERROR = (
     "Layer {name!r} ({cls}) normalises with statistics of the whole batch: "
@@ -72,11 +72,30 @@ _RANDOM_LAYER_PATCHES = {
 }
 
 
+def batch_norm_classes(flavor):
+  """Keras's batch-normalisation classes (and their bases) for ``flavor``.
+
+  Checked with ``isinstance``: a subclass of BatchNormalization, whatever
+  its name, still normalises with batch statistics.
+  """
+  layers = compat.module_for(flavor).layers
+  roots = [layers.BatchNormalization]
+  experimental = getattr(layers, "experimental", None)
+  if getattr(experimental, "SyncBatchNormalization", None) is not None:
+    roots.append(experimental.SyncBatchNormalization)
+  classes = set()
+  for root in roots:
+    classes.update(c for c in root.__mro__
+                   if "BatchNormalization" in c.__name__)
+  return tuple(classes)
+
+
 def validate_and_prepare(model, flavor):
   """Refuses layers that break per-example DP; fixes Keras 3 randomness."""
+  batch_norms = batch_norm_classes(flavor)
   for layer in all_layers(model):
     cls = type(layer).__name__
-    if cls in ("BatchNormalization", "SyncBatchNormalization"):
+    if isinstance(layer, batch_norms):
       raise ValueError(BATCH_NORM_ERROR.format(name=layer.name, cls=cls))
     if getattr(layer, "activity_regularizer", None) is not None:
       raise ValueError(
@@ -86,6 +105,9 @@ def validate_and_prepare(model, flavor):
     if flavor != "keras3":
       continue
     patch = _RANDOM_LAYER_PATCHES.get(cls)
+    if patch is not None and type(layer) is not getattr(  # pylint: disable=unidiomatic-typecheck
+        compat.module_for(flavor).layers, cls, None):
+      patch = None  # Same name, another class: not Keras's random layer.
     if patch is not None:
       layer.call = patch(layer)
     elif hasattr(layer, "recurrent_dropout") or hasattr(layer, "cell"):
@@ -128,5 +150,3 @@ def _keras3_layer_regularizers(layer):
       out.append(reg(var))
   return out
 
-
-del types

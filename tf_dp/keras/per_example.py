@@ -45,7 +45,8 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
 
   Args:
     model: A Keras model.
-    per_example_loss_fn: ``f(y_true, y_pred) -> [n]`` losses, one per example.
+    per_example_loss_fn: ``f(y_true, y_pred, sample_weight) -> [n]``
+      weighted losses, one per example (``tf_dp.keras.losses``).
     x, y: The batch (nests of tensors with a leading batch axis).
     sample_weight: ``[batch]`` weights or None.
     num_microbatches: None for per-example records.
@@ -68,7 +69,7 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     xi, yi, wi = args
     with tf.GradientTape() as tape:
       pred = model(xi, training=True)
-      losses = tf.cast(per_example_loss_fn(yi, pred), tf.float32) * wi
+      losses = per_example_loss_fn(yi, pred, wi)
       loss = tf.reduce_mean(losses)
     grads = gradients_or_zeros(tape.gradient(loss, variables), variables)
     return grads, pred, losses
