@@ -126,7 +126,12 @@ def test_embedding_with_repeated_tokens(K):
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def test_registry_accepts_user_rules():
+@pytest.mark.parametrize("K", KERAS)
+def test_registry_accepts_user_rules(K):
   from tf_dp.keras.fast import rules  # pylint: disable=g-import-not-at-top
-  rules.register_rule("MyDense", rules.DenseRule())
-  assert "MyDense" in rules._RULES  # pylint: disable=protected-access
+
+  class MyDense(K.layers.Dense):
+    pass
+
+  rules.register_rule(MyDense, rules.DenseRule())
+  assert isinstance(rules.rule_for(MyDense(2)), rules.DenseRule)

@@ -23,27 +23,35 @@ ordinary training step.
 import tensorflow as tf
 
 from tf_dp.keras import model_checks
+from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
 
 
-class FastPathUnavailable(Exception):
-  """Raised at trace time when the model or query needs the fallback."""
+FastPathUnavailable = linear.FastPathUnavailable
 
 
 def _is_model(layer):
   return hasattr(layer, "layers") and hasattr(layer, "compile")
 
 
+def _sublayers(layer):
+  if _is_model(layer):
+    return layer.layers
+  return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+
+
 def trainable_units(model):
-  """Layers that own trainable variables, recursing into nested models."""
+  """Layers that own trainable variables, recursing into nested models and
+  composite layers (``rules.register_composite``, e.g. MultiHeadAttention).
+  """
   units = []
 
   def visit(layer):
     if not layer.trainable_variables:
       return
-    if _is_model(layer):
-      for sub in layer.layers:
+    if _is_model(layer) or rules_lib.is_composite(layer):
+      for sub in _sublayers(layer):
         visit(sub)
     else:
       units.append(layer)
@@ -80,6 +88,8 @@ def clipping_plan(model):
       continue
     if not layer.trainable_variables:
       path = "no trainable variables"
+    elif rules_lib.is_composite(layer):
+      path = "composite: its sublayers are tapped"
     elif rules_lib.rule_for(layer) is not None:
       path = f"fast rule ({type(rules_lib.rule_for(layer)).__name__})"
     else:
@@ -113,7 +123,9 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   with taps_lib.TapSession(units, pre_activation) as session:
     with tf.GradientTape() as tape:
       y_pred = model(x, training=True)
-      losses = loss_fn(y, y_pred, sample_weight)
+      losses = tf.cast(loss_fn(y, y_pred), tf.float32)
+      if sample_weight is not None:
+        losses = losses * tf.cast(sample_weight, tf.float32)
       record_losses = tf.reduce_mean(tf.reshape(losses, [records, -1]), 1)
       total = tf.reduce_sum(record_losses)
   for unit in units:

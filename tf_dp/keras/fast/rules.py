@@ -1,147 +1,88 @@
-"""Per-layer rules: per-record squared gradient norms and clipped sums.
+"""The registry of per-layer rules: per-record squared gradient norms and
+clipped sums of one layer's trainable variables.
 
-A record r groups ``m`` examples (m = 1 without microbatches); a layer's
-input and output-gradient rows are reshaped to ``[R, m * T, ...]`` where T
-is the number of positions (sequence steps, image patches). For a kernel
-used as ``z = a W`` the record's gradient is ``A_r^T G_r`` and
-
-    ||A_r^T G_r||_F^2 = sum((A_r A_r^T) * (G_r G_r^T))          (ghost norm)
-
-(Goodfellow 2015 for T = 1; Li, Tramer, Liang & Hashimoto 2021 for
-sequences). Computing it costs ~ m T^2 (K + C) per record; materialising
-``A_r^T G_r`` costs ~ m T K C. Each layer takes the cheaper of the two, per
-layer and per input shape (Bu et al. 2023, "book-keeping").
-
-A rule answers for one layer type:
+A rule answers for one layer class:
   * ``supports(layer)``: can it handle this configuration?
-  * ``pre_activation``: tap z before the activation (Dense, Conv).
+  * ``pre_activation``: tap z before the activation (Dense, Conv, ...).
+  * ``variables(layer)``: the variables it accounts for.
   * ``prepare(layer, tap, out_grad, records)``: per-record tensors.
-  * ``sq_norms(state)``: ``[R]`` squared norm per trainable variable.
-  * ``clipped_sums(state, scales)``: ``sum_r scales_v[r] * grad_v[r]`` per
-    variable (records to drop have scale 0 and are masked, so NaN or inf in
-    a dropped record cannot leak into the sum).
+  * ``sq_norms(state)``: ``[R]`` squared norm per variable.
+  * ``clipped_sums(state, scales, keep)``: ``sum_r scales_v[r] * grad_v[r]``
+    per variable (records to drop have ``keep`` false and are masked, so
+    NaN or inf in a dropped record cannot leak into the sum).
 
-``register_rule(layer_class, rule)`` adds rules for user layers.
+Rules are looked up by the layer's exact class: a subclass may override
+``call``, so it never inherits its parent's rule. Register a rule for your
+own class (or subclass) with ``register_rule(MyLayer, rule)``; layers
+without a rule get ``LocalVectorizedRule`` (exact, slower).
+
+Composite layers (``register_composite``) own no variables themselves: the
+fast path taps their sublayers instead (MultiHeadAttention is four
+EinsumDense layers, each called once per forward).
+
+Built-in rules (Keras 3 and Keras 2 classes, registered on first use):
+Dense, EinsumDense, Embedding, Conv1D/2D/3D, DepthwiseConv2D,
+SeparableConv2D, Conv2DTranspose, LayerNormalization, GroupNormalization.
 """
 
 import tensorflow as tf
 
+from tf_dp.keras import compat
+from tf_dp.keras.fast import linear
+
 _RULES = {}
+_COMPOSITES = set()
+_BUILTINS_REGISTERED = False
 
 
-def register_rule(layer_class_or_name, rule):
-  """Registers ``rule`` for layers of exactly this class (or class name)."""
-  name = (layer_class_or_name if isinstance(layer_class_or_name, str)
-          else layer_class_or_name.__name__)
-  _RULES[name] = rule
+def register_rule(layer_class, rule):
+  """Registers ``rule`` for layers whose type is exactly ``layer_class``.
+
+  Args:
+    layer_class: A Keras layer class (not a name; subclasses are not
+      covered: register them explicitly).
+    rule: An object with the rule interface (see this module's docstring).
+
+  Raises:
+    TypeError: if ``layer_class`` is not a class.
+  """
+  if not isinstance(layer_class, type):
+    raise TypeError("register_rule expects a layer class, got "
+                    f"{layer_class!r}: rules are keyed by class, not by name.")
+  _ensure_builtins()
+  _RULES[layer_class] = rule
+
+
+def register_composite(layer_class):
+  """Taps the sublayers of layers of exactly this class, not the layer."""
+  if not isinstance(layer_class, type):
+    raise TypeError(f"register_composite expects a class, got "
+                    f"{layer_class!r}.")
+  _COMPOSITES.add(layer_class)
+
+
+def is_composite(layer):
+  _ensure_builtins()
+  return type(layer) in _COMPOSITES
 
 
 def rule_for(layer):
-  rule = _RULES.get(type(layer).__name__)
+  """The registered rule for ``type(layer)`` if it supports the layer."""
+  _ensure_builtins()
+  rule = _RULES.get(type(layer))
   if rule is not None and rule.supports(layer):
     return rule
   return None
 
 
-def _per_record(t, records):
-  """[B, ..., d] -> [R, (B / R) * prod(...), d]."""
-  t = tf.convert_to_tensor(t)
-  return tf.reshape(t, [records, -1, tf.shape(t)[-1]])
-
-
-def _mask(t, keep):
-  shape = tf.concat([tf.shape(keep), tf.ones([tf.rank(t) - 1], tf.int32)], 0)
-  return tf.where(tf.reshape(keep, shape), t, tf.zeros_like(t))
-
-
-def _kernel_sq_norm(a, g, use_ghost):
-  if use_ghost:
-    aa = tf.matmul(a, a, transpose_b=True)
-    gg = tf.matmul(g, g, transpose_b=True)
-    return tf.reduce_sum(aa * gg, axis=[1, 2])
-  per_record = tf.matmul(a, g, transpose_a=True)  # [r, k, c]
-  return tf.reduce_sum(tf.square(per_record), axis=[1, 2])
-
-
-def _use_ghost(a, g):
-  t, k, c = a.shape[1], a.shape[2], g.shape[2]
-  if t is None or k is None or c is None:
-    return True
-  return t * t * (k + c) < t * k * c
-
-
-class _LinearRule:
-  """Kernel (and bias) of z = a W + b over positions: Dense and Conv."""
-
-  pre_activation = True
-
-  def inputs_as_rows(self, layer, x):
-    raise NotImplementedError
-
-  def prepare(self, layer, tap, out_grad, records):
-    x = tf.convert_to_tensor(tap.args[0])
-    a = _per_record(self.inputs_as_rows(layer, x), records)
-    g = _per_record(out_grad, records)
-    return {"layer": layer, "a": tf.cast(a, g.dtype), "g": g,
-            "ghost": _use_ghost(a, g)}
-
-  def variables(self, layer):
-    out = [layer.kernel]
-    if getattr(layer, "use_bias", False) and layer.bias is not None:
-      out.append(layer.bias)
-    return out
-
-  def sq_norms(self, state):
-    norms = [_kernel_sq_norm(state["a"], state["g"], state["ghost"])]
-    if len(self.variables(state["layer"])) > 1:
-      norms.append(tf.reduce_sum(tf.square(tf.reduce_sum(state["g"], 1)), 1))
-    return norms
-
-  def clipped_sums(self, state, scales, keep):
-    layer = state["layer"]
-    a, g = _mask(state["a"], keep), _mask(state["g"], keep)
-    # Scale the output gradients first, then one (r t)-contraction matmul:
-    # a three-operand einsum would materialise an [r, t, k, c] tensor.
-    g_scaled = g * scales[0][:, None, None]
-    k, c = tf.shape(a)[-1], tf.shape(g)[-1]
-    kernel = tf.matmul(tf.reshape(a, [-1, k]), tf.reshape(g_scaled, [-1, c]),
-                       transpose_a=True)
-    out = [tf.reshape(kernel, tf.shape(layer.kernel))]
-    if len(scales) > 1:
-      out.append(tf.reduce_sum(g * scales[1][:, None, None], axis=[0, 1]))
-    return out
-
-
-class DenseRule(_LinearRule):
+class DenseRule(linear.LinearRule):
   """keras.layers.Dense (any input rank: leading axes are positions)."""
 
-  def supports(self, layer):
-    return not (getattr(layer, "lora_enabled", False)
-                or getattr(layer, "quantization_mode", None))
+  def kernel_rows(self, layer, x, g, records):
+    return linear.per_record(x, records), linear.per_record(g, records)
 
-  def inputs_as_rows(self, layer, x):
-    return x
-
-
-class ConvRule(_LinearRule):
-  """keras.layers.Conv1D / Conv2D via image patches (channels_last only)."""
-
-  def supports(self, layer):
-    return (getattr(layer, "data_format", "channels_last") == "channels_last"
-            and getattr(layer, "groups", 1) == 1
-            and str(layer.padding).lower() in ("valid", "same")
-            and not getattr(layer, "lora_enabled", False))
-
-  def inputs_as_rows(self, layer, x):
-    rank = len(layer.kernel_size)
-    ks, st, dl = (list(layer.kernel_size), list(layer.strides),
-                  list(layer.dilation_rate))
-    if rank == 1:
-      x = x[:, None]
-      ks, st, dl = [1] + ks, [1] + st, [1] + dl
-    return tf.image.extract_patches(
-        x, sizes=[1] + ks + [1], strides=[1] + st + [1],
-        rates=[1] + dl + [1], padding=str(layer.padding).upper())
+  def kernel_sum(self, layer, x, g):
+    return linear.matmul_kernel_sum(x, g)
 
 
 class EmbeddingRule:
@@ -158,7 +99,7 @@ class EmbeddingRule:
 
   def prepare(self, layer, tap, out_grad, records):
     ids = tf.reshape(tf.cast(tap.args[0], tf.int32), [records, -1])
-    g = _per_record(out_grad, records)
+    g = linear.per_record(out_grad, records)
     return {"layer": layer, "ids": ids, "g": g}
 
   def sq_norms(self, state):
@@ -167,51 +108,12 @@ class EmbeddingRule:
     return [tf.reduce_sum(same * tf.matmul(g, g, transpose_b=True), [1, 2])]
 
   def clipped_sums(self, state, scales, keep):
-    g = _mask(state["g"], keep) * scales[0][:, None, None]
+    g = linear.mask(state["g"], keep) * scales[0][:, None, None]
     table = state["layer"].embeddings
     rows = tf.math.unsorted_segment_sum(
         tf.reshape(g, [-1, tf.shape(g)[-1]]), tf.reshape(state["ids"], [-1]),
         tf.shape(table)[0])
     return [rows]
-
-
-class LayerNormalizationRule:
-  """keras.layers.LayerNormalization over the last axis (materialised)."""
-
-  pre_activation = False
-
-  def supports(self, layer):
-    axis = layer.axis if isinstance(layer.axis, int) else (
-        layer.axis[0] if len(layer.axis) == 1 else None)
-    return (axis == -1 and not getattr(layer, "rms_scaling", False)
-            and (layer.scale or layer.center))
-
-  def variables(self, layer):
-    out = []
-    if layer.scale:
-      out.append(layer.gamma)
-    if layer.center:
-      out.append(layer.beta)
-    return out
-
-  def prepare(self, layer, tap, out_grad, records):
-    x = tf.cast(tap.args[0], out_grad.dtype)
-    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
-    x_hat = (x - mean) * tf.math.rsqrt(var + layer.epsilon)
-    g = _per_record(out_grad, records)
-    per_record = []
-    if layer.scale:
-      per_record.append(tf.reduce_sum(g * _per_record(x_hat, records), 1))
-    if layer.center:
-      per_record.append(tf.reduce_sum(g, 1))
-    return {"per_record": per_record}
-
-  def sq_norms(self, state):
-    return [tf.reduce_sum(tf.square(p), 1) for p in state["per_record"]]
-
-  def clipped_sums(self, state, scales, keep):
-    return [tf.reduce_sum(_mask(p, keep) * s[:, None], 0)
-            for p, s in zip(state["per_record"], scales)]
 
 
 class LocalVectorizedRule:
@@ -257,13 +159,26 @@ class LocalVectorizedRule:
             for p in state["per_record"]]
 
   def clipped_sums(self, state, scales, keep):
-    return [tf.tensordot(s, _mask(p, keep), axes=[[0], [0]])
+    return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
             for p, s in zip(state["per_record"], scales)]
 
 
-for _name in ("Dense",):
-  register_rule(_name, DenseRule())
-for _name in ("Conv1D", "Conv2D"):
-  register_rule(_name, ConvRule())
-register_rule("Embedding", EmbeddingRule())
-register_rule("LayerNormalization", LayerNormalizationRule())
+def _ensure_builtins():
+  """Registers the built-in rules for the installed Keras flavours."""
+  global _BUILTINS_REGISTERED
+  if _BUILTINS_REGISTERED:
+    return
+  _BUILTINS_REGISTERED = True
+  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import conv_rules
+  from tf_dp.keras.fast import einsum_rule
+  from tf_dp.keras.fast import norm_rules
+  # pylint: enable=g-import-not-at-top
+  modules = [m for m in (compat.keras3(), compat.keras2()) if m is not None]
+  for keras in modules:
+    _RULES[keras.layers.Dense] = DenseRule()
+    _RULES[keras.layers.Embedding] = EmbeddingRule()
+    _COMPOSITES.add(keras.layers.MultiHeadAttention)
+  register = _RULES.__setitem__
+  for module in (conv_rules, einsum_rule, norm_rules):
+    module.register_all(register, modules)

@@ -1,0 +1,251 @@
+"""Rules for convolutions (channels_last): Conv1D/2D/3D (grouped too),
+DepthwiseConv2D, SeparableConv2D and Conv2DTranspose.
+
+Norms: image patches give each record's rows ``a`` (``linear.py``); the
+ghost norm or the materialised gradient is taken per layer. Clipped sums:
+the kernel gradient op TensorFlow uses for the layer (Conv2DBackpropFilter
+and friends) applied to the per-record scaled output gradients, so no
+patches are formed for the sum.
+"""
+
+import tensorflow as tf
+
+from tf_dp.keras.fast import linear
+
+
+def _padding(layer):
+  return str(layer.padding).upper()
+
+
+def _channels_last(layer):
+  return getattr(layer, "data_format", "channels_last") == "channels_last"
+
+
+def _as_2d(layer):
+  """kernel size, strides and dilations as 2-D lists (1-D gets a unit row)."""
+  ks, st, dl = (list(layer.kernel_size), list(layer.strides),
+                list(layer.dilation_rate))
+  if len(ks) == 1:
+    ks, st, dl = [1] + ks, [1] + st, [1] + dl
+  return ks, st, dl
+
+
+def _patches(x, ks, st, dl, padding):
+  """[B, *spatial, C] -> [B, T, prod(ks) * C] (patch order: kernel, C)."""
+  if len(ks) == 3:
+    patches = tf.extract_volume_patches(x, [1] + ks + [1], [1] + st + [1],
+                                        padding)
+  else:
+    patches = tf.image.extract_patches(x, sizes=[1] + ks + [1],
+                                       strides=[1] + st + [1],
+                                       rates=[1] + dl + [1], padding=padding)
+  return tf.reshape(patches, [tf.shape(x)[0], -1, patches.shape[-1]])
+
+
+def _grouped(t, groups, inner):
+  """[B, T, outer * groups * inner] -> [B, T, groups, outer * inner]."""
+  if groups == 1:
+    return t[:, :, None]
+  t = tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], -1, groups, inner])
+  t = tf.transpose(t, [0, 1, 3, 2, 4])
+  return tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], groups, -1])
+
+
+def _backprop_filter(x, filter_shape, g, strides, padding, dilations):
+  """The kernel gradient of a 2-D or 3-D convolution (NHWC / NDHWC)."""
+  if len(filter_shape) == 5:
+    return tf.raw_ops.Conv3DBackpropFilterV2(
+        input=x, filter_sizes=filter_shape, out_backprop=g,
+        strides=[1] + strides + [1], padding=padding,
+        dilations=[1] + dilations + [1])
+  return tf.compat.v1.nn.conv2d_backprop_filter(
+      x, filter_shape, g, [1] + strides + [1], padding,
+      dilations=[1] + dilations + [1])
+
+
+class ConvRule(linear.LinearRule):
+  """keras.layers.Conv1D / Conv2D (any groups) / Conv3D (no dilation)."""
+
+  def supports(self, layer):
+    rank = len(layer.kernel_size)
+    return (super().supports(layer) and _channels_last(layer)
+            and str(layer.padding).lower() in ("valid", "same")
+            and (rank < 3 or (max(layer.dilation_rate) == 1
+                              and getattr(layer, "groups", 1) == 1)))
+
+  def kernel_rows(self, layer, x, g, records):
+    ks, st, dl = _as_2d(layer)
+    if len(layer.kernel_size) == 1:
+      x = x[:, None]
+    groups = getattr(layer, "groups", 1)
+    channels_in = layer.kernel.shape[-2]
+    a = _patches(x, ks, st, dl, _padding(layer))
+    a = _grouped(a, groups, channels_in)
+    g = tf.reshape(g, [tf.shape(g)[0], -1, groups, g.shape[-1] // groups])
+    return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
+
+  def kernel_sum(self, layer, x, g):
+    shape = list(layer.kernel.shape)
+    if len(layer.kernel_size) == 1:
+      _, st, dl = _as_2d(layer)
+      return _backprop_filter(x[:, None], [1] + shape, g[:, None], st,
+                              _padding(layer), dl)
+    return _backprop_filter(x, shape, g, list(layer.strides), _padding(layer),
+                            list(layer.dilation_rate))
+
+
+def _depthwise_supported(layer):
+  strides, dilations = list(layer.strides), list(layer.dilation_rate)
+  return (len(strides) == 2 and _channels_last(layer)
+          and str(layer.padding).lower() in ("valid", "same")
+          and not (max(strides) > 1 and max(dilations) > 1))
+
+
+def _depthwise_rows(layer, kernel, x, g, records):
+  """Rows of the depthwise kernel [kh, kw, C, M]: C groups of K=kh*kw."""
+  ks, st, dl = list(layer.kernel_size), list(layer.strides), list(
+      layer.dilation_rate)
+  channels, multiplier = kernel.shape[2], kernel.shape[3]
+  a = _patches(x, ks, st, dl, _padding(layer))  # [B, T, kh*kw*C]
+  a = tf.reshape(a, [tf.shape(a)[0], tf.shape(a)[1], -1, channels])
+  a = tf.transpose(a, [0, 1, 3, 2])  # [B, T, C, kh*kw]
+  g = tf.reshape(g, [tf.shape(g)[0], -1, channels, multiplier])
+  return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
+
+
+def _depthwise_kernel(layer):
+  """Keras 3 names the depthwise kernel ``kernel``, Keras 2
+  ``depthwise_kernel`` (SeparableConv2D: ``depthwise_kernel`` in both)."""
+  kernel = getattr(layer, "depthwise_kernel", None)
+  return layer.kernel if kernel is None else kernel
+
+
+def _depthwise(layer, kernel, x):
+  return tf.nn.depthwise_conv2d(x, kernel, [1] + list(layer.strides) + [1],
+                                _padding(layer),
+                                dilations=list(layer.dilation_rate))
+
+
+def _depthwise_sum(layer, kernel, x, g):
+  """Kernel gradient of the depthwise convolution for output gradient g."""
+  if max(layer.dilation_rate) == 1:
+    return tf.nn.depthwise_conv2d_backprop_filter(
+        x, list(kernel.shape), g, [1] + list(layer.strides) + [1],
+        _padding(layer))
+  # No native dilated backprop-filter kernel on CPU: differentiate the
+  # (space-to-batch) forward instead.
+  kernel = tf.convert_to_tensor(kernel)
+  with tf.GradientTape() as tape:
+    tape.watch(kernel)
+    z = _depthwise(layer, kernel, x)
+  return tape.gradient(z, kernel, output_gradients=g)
+
+
+class DepthwiseConv2DRule(linear.LinearRule):
+  """keras.layers.DepthwiseConv2D (channels_last)."""
+
+  def supports(self, layer):
+    return super().supports(layer) and _depthwise_supported(layer)
+
+  def kernel(self, layer):
+    return _depthwise_kernel(layer)
+
+  def kernel_rows(self, layer, x, g, records):
+    return _depthwise_rows(layer, self.kernel(layer), x, g, records)
+
+  def kernel_sum(self, layer, x, g):
+    return _depthwise_sum(layer, self.kernel(layer), x, g)
+
+
+class SeparableConv2DRule(linear.LinearRule):
+  """keras.layers.SeparableConv2D: a depthwise kernel, then a 1x1 one.
+
+  The depthwise output u is recomputed from the tapped input; the pointwise
+  kernel is a Dense kernel on u, the depthwise one sees ``g W_p^T``.
+  """
+
+  def supports(self, layer):
+    return super().supports(layer) and _depthwise_supported(layer)
+
+  def variables(self, layer):
+    out = [layer.depthwise_kernel, layer.pointwise_kernel]
+    if getattr(layer, "use_bias", True) and layer.bias is not None:
+      out.append(layer.bias)
+    return out
+
+  def prepare(self, layer, tap, out_grad, records):
+    state = super().prepare(layer, tap, out_grad, records)
+    u = _depthwise(layer, layer.depthwise_kernel, state["x"])
+    pointwise = tf.reshape(layer.pointwise_kernel,
+                           layer.pointwise_kernel.shape[-2:])
+    g_u = tf.reshape(
+        tf.matmul(tf.reshape(out_grad, [-1, out_grad.shape[-1]]), pointwise,
+                  transpose_b=True), tf.shape(u))
+    state.update(u=u, g_u=g_u)
+    return state
+
+  def sq_norms(self, state):
+    layer, records = state["layer"], state["records"]
+    a, g = _depthwise_rows(layer, layer.depthwise_kernel, state["x"],
+                           state["g_u"], records)
+    norms = [linear.kernel_sq_norms(a, g, records),
+             linear.kernel_sq_norms(linear.per_record(state["u"], records),
+                                    linear.per_record(state["g"], records),
+                                    records)]
+    if len(self.variables(layer)) > 2:
+      bias = linear.bias_grads(state["g"], layer.bias.shape, records)
+      norms.append(tf.reduce_sum(tf.square(bias), 1))
+    return norms
+
+  def clipped_sums(self, state, scales, keep):
+    layer, records = state["layer"], state["records"]
+    x, u = (linear.per_example(state[k], records, keep) for k in ("x", "u"))
+    g, g_u = (linear.per_example(state[k], records, keep)
+              for k in ("g", "g_u"))
+    scaled = lambda t, s: linear.per_example(t, records, s)
+    out = [_depthwise_sum(layer, layer.depthwise_kernel, x,
+                          scaled(g_u, scales[0])),
+           tf.reshape(linear.matmul_kernel_sum(u, scaled(g, scales[1])),
+                      tf.shape(layer.pointwise_kernel))]
+    if len(scales) > 2:
+      bias = linear.bias_grads(g, layer.bias.shape, records)
+      out.append(tf.tensordot(scales[2], bias, axes=[[0], [0]]))
+    return out
+
+
+class Conv2DTransposeRule(linear.LinearRule):
+  """keras.layers.Conv2DTranspose (no output_padding, no dilation).
+
+  ``z = conv_transpose(x, W)`` is the adjoint of a convolution with kernel
+  W, so W's gradient is that convolution's kernel gradient with the roles
+  of input and output swapped: rows are patches of the output gradient g
+  and the per-position "output gradients" are the inputs x.
+  """
+
+  def supports(self, layer):
+    return (super().supports(layer) and _channels_last(layer)
+            and len(layer.kernel_size) == 2
+            and str(layer.padding).lower() in ("valid", "same")
+            and getattr(layer, "output_padding", None) is None
+            and max(layer.dilation_rate) == 1)
+
+  def kernel_rows(self, layer, x, g, records):
+    ks, st = list(layer.kernel_size), list(layer.strides)
+    a = _patches(g, ks, st, [1, 1], _padding(layer))  # [B, T_x, kh*kw*F]
+    x = tf.reshape(x, [tf.shape(x)[0], -1, x.shape[-1]])
+    return linear.per_record(a, records), linear.per_record(x, records)
+
+  def kernel_sum(self, layer, x, g):
+    return _backprop_filter(g, list(layer.kernel.shape), x,
+                            list(layer.strides), _padding(layer), [1, 1])
+
+
+def register_all(register, modules):
+  """Registers these rules for the layer classes of each Keras module."""
+  for keras in modules:
+    layers = keras.layers
+    for name in ("Conv1D", "Conv2D", "Conv3D"):
+      register(getattr(layers, name), ConvRule())
+    register(layers.DepthwiseConv2D, DepthwiseConv2DRule())
+    register(layers.SeparableConv2D, SeparableConv2DRule())
+    register(layers.Conv2DTranspose, Conv2DTransposeRule())

@@ -1,0 +1,92 @@
+"""Rules for normalisations with per-example statistics: LayerNormalization
+and GroupNormalization (last-axis channels). Their scale and offset
+gradients are small ([C]), so per-record gradients are materialised:
+``sum_positions g * x_hat`` and ``sum_positions g``.
+"""
+
+import tensorflow as tf
+
+from tf_dp.keras.fast import linear
+
+
+class _AffineNormRule:
+  """Base: y = x_hat * gamma + beta, per channel of the last axis."""
+
+  pre_activation = False
+
+  def normalized(self, layer, x):
+    raise NotImplementedError
+
+  def variables(self, layer):
+    out = []
+    if layer.scale:
+      out.append(layer.gamma)
+    if layer.center:
+      out.append(layer.beta)
+    return out
+
+  def prepare(self, layer, tap, out_grad, records):
+    x = tf.cast(tap.args[0], out_grad.dtype)
+    if _last_axis(layer) not in (-1, x.shape.rank - 1):
+      raise linear.FastPathUnavailable(
+          f"layer {layer.name!r} normalises over axis {layer.axis}, not the "
+          "last axis")
+    g = linear.per_record(out_grad, records)
+    per_record = []
+    if layer.scale:
+      x_hat = linear.per_record(self.normalized(layer, x), records)
+      per_record.append(tf.reduce_sum(g * x_hat, 1))
+    if layer.center:
+      per_record.append(tf.reduce_sum(g, 1))
+    return {"per_record": per_record}
+
+  def sq_norms(self, state):
+    return [tf.reduce_sum(tf.square(p), 1) for p in state["per_record"]]
+
+  def clipped_sums(self, state, scales, keep):
+    return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
+            for p, s in zip(state["per_record"], scales)]
+
+
+def _last_axis(layer):
+  axis = layer.axis
+  if not isinstance(axis, int):
+    axis = axis[0] if len(axis) == 1 else None
+  return axis
+
+
+class LayerNormalizationRule(_AffineNormRule):
+  """keras.layers.LayerNormalization over the last axis."""
+
+  def supports(self, layer):
+    return (_last_axis(layer) is not None
+            and not getattr(layer, "rms_scaling", False)
+            and (layer.scale or layer.center))
+
+  def normalized(self, layer, x):
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + layer.epsilon)
+
+
+class GroupNormalizationRule(_AffineNormRule):
+  """keras.layers.GroupNormalization with channels on the last axis."""
+
+  def supports(self, layer):
+    return _last_axis(layer) is not None and (layer.scale or layer.center)
+
+  def normalized(self, layer, x):
+    shape = tf.shape(x)
+    channels = x.shape[-1]
+    grouped = tf.reshape(x, [shape[0], -1, layer.groups,
+                             channels // layer.groups])
+    mean, var = tf.nn.moments(grouped, axes=[1, 3], keepdims=True)
+    x_hat = (grouped - mean) * tf.math.rsqrt(var + layer.epsilon)
+    return tf.reshape(x_hat, shape)
+
+
+def register_all(register, modules):
+  for keras in modules:
+    register(keras.layers.LayerNormalization, LayerNormalizationRule())
+    group_norm = getattr(keras.layers, "GroupNormalization", None)
+    if group_norm is not None:
+      register(group_norm, GroupNormalizationRule())
