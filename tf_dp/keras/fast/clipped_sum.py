@@ -123,9 +123,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   with taps_lib.TapSession(units, pre_activation) as session:
     with tf.GradientTape() as tape:
       y_pred = model(x, training=True)
-      losses = tf.cast(loss_fn(y, y_pred), tf.float32)
-      if sample_weight is not None:
-        losses = losses * tf.cast(sample_weight, tf.float32)
+      losses = loss_fn(y, y_pred, sample_weight)
       record_losses = tf.reduce_mean(tf.reshape(losses, [records, -1]), 1)
       total = tf.reduce_sum(record_losses)
   for unit in units:
