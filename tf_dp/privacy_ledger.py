@@ -153,44 +153,75 @@ class PrivacyLedger(tf.Module):
 
     return tf.cond(fits, write, drop)
 
-  def to_dict(self):
-    """The ledger as plain Python data (eager only); see ``from_dict``."""
+  def to_dict(self, ledger_format=None):
+    """The ledger as plain Python data (eager only); see ``from_dict``.
+
+    Args:
+      ledger_format: ``"tf_dp.privacy_ledger/1"`` (default: one entry per
+        sample under ``"samples"``) or ``"tf_dp.privacy_ledger/2"`` (runs of
+        identical consecutive samples under ``"runs"``, each with a
+        ``"count"``); see ``tf_dp.analysis.ledger_schema``.
+    """
     return ledger_dict_from_buffers(
         self._samples.numpy(), self._queries.numpy(),
         int(self._sample_count.numpy()), int(self._query_count.numpy()),
-        int(self._dropped_samples.numpy()))
+        int(self._dropped_samples.numpy()), ledger_format)
 
-  def to_json(self):
-    return json.dumps(self.to_dict())
+  def to_json(self, ledger_format=None):
+    """The ledger as JSON text, run-length encoded (format 2) by default.
+
+    A 10^6-step run with constant hyperparameters is one run (well under
+    1 kB). Pass ``ledger_format="tf_dp.privacy_ledger/1"`` for readers from
+    before format 2 (one entry per sample, ~200 bytes each).
+    """
+    from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
+    return json.dumps(self.to_dict(ledger_format or
+                                   ledger_schema.CURRENT_FORMAT))
 
   @classmethod
   def from_dict(cls, data, max_samples=None):
-    """Rebuilds a ledger (eagerly) from ``to_dict()`` output."""
-    if data.get("format") != LEDGER_FORMAT:
-      raise ValueError(f"Not a tf_dp ledger export: format={data.get('format')!r}.")
-    samples = data["samples"]
-    first = samples[0] if samples else {
-        "population_size": 1, "selection_probability": 0.0,
-        "sampling": "poisson", "examples_per_record": 1}
-    n_queries = max([len(s["sum_queries"]) for s in samples] + [1])
-    ledger = cls(first["population_size"], first["selection_probability"],
-                 first["sampling"], first["examples_per_record"],
-                 max_samples=max_samples or max(len(samples), 1),
-                 max_queries_per_sample=n_queries)
-    for s in samples:
-      ledger.population_size.assign(float(s["population_size"]))
-      ledger.selection_probability.assign(s["selection_probability"])
-      ledger._sampling_code.assign(float(SAMPLING_METHODS.index(s["sampling"])))  # pylint: disable=protected-access
-      ledger.examples_per_record.assign(float(s["examples_per_record"]))
-      ledger.record_sample([events_lib.SumQueryEvent(q["l2_norm_clip"],
-                                                     q["noise_stddev"])
-                            for q in s["sum_queries"]])
-    ledger._dropped_samples.assign(int(data.get("dropped_samples", 0)))  # pylint: disable=protected-access
+    """Rebuilds a ledger (eagerly) from a ``to_dict()``/JSON export.
+
+    Reads formats 1 and 2, validating every field with
+    ``tf_dp.analysis.ledger_schema.decode`` (``ValueError`` names a bad
+    field). The buffers are written in bulk; samples beyond
+    ``max_samples`` (default: all of them) are counted as dropped.
+    """
+    from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
+    runs, dropped = ledger_schema.decode(data)
+    sample_rows, query_rows = ledger_schema.buffers_from_runs(runs)
+    total = len(sample_rows)
+    capacity = max_samples or max(total, 1)
+    kept = min(total, capacity)
+    query_rows = query_rows[query_rows[:, 0] < kept]
+    per_sample = max([len(r.sample.sum_queries) for r in runs] + [1])
+    last = runs[-1].sample if runs else ledger_schema.Sample(
+        1, 0.0, "poisson", 1, ())
+    ledger = cls(last.population_size, last.selection_probability,
+                 "poisson", last.examples_per_record, max_samples=capacity,
+                 max_queries_per_sample=per_sample)
+    # pylint: disable=protected-access
+    ledger._sampling_code.assign(
+        float(ledger_schema.sampling_code(last.sampling)))
+    for buffer, rows in ((ledger._samples, sample_rows[:kept]),
+                         (ledger._queries, query_rows)):
+      full = np.zeros(buffer.shape, dtype=np.float64)
+      full[:len(rows)] = rows
+      buffer.assign(full)
+    ledger._sample_count.assign(kept)
+    ledger._query_count.assign(len(query_rows))
+    ledger._dropped_samples.assign(dropped + total - kept)
+    # pylint: enable=protected-access
     return ledger
 
   @classmethod
   def from_json(cls, text, max_samples=None):
-    return cls.from_dict(json.loads(text), max_samples)
+    """Rebuilds a ledger from ``to_json()`` text (format 1 or 2)."""
+    try:
+      data = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"text is not a JSON ledger export: {e}.") from None
+    return cls.from_dict(data, max_samples)
 
 
 def _scatter(variable, indices, updates):
@@ -205,22 +236,22 @@ def _scatter(variable, indices, updates):
 
 
 def ledger_dict_from_buffers(samples, queries, n_samples, n_queries,
-                             dropped_samples):
-  """Plain-data ledger from the raw buffers (also read from checkpoints)."""
-  out = []
-  for row in samples[:n_samples]:
-    out.append({
-        "population_size": int(round(row[0])),
-        "selection_probability": float(row[1]),
-        "sampling": SAMPLING_METHODS[int(row[2])],
-        "examples_per_record": int(round(row[3])),
-        "sum_queries": [],
-    })
-  for index, clip, stddev in queries[:n_queries]:
-    out[int(index)]["sum_queries"].append(
-        {"l2_norm_clip": float(clip), "noise_stddev": float(stddev)})
-  return {"format": LEDGER_FORMAT, "dropped_samples": int(dropped_samples),
-          "samples": out}
+                             dropped_samples, ledger_format=None):
+  """Plain-data ledger from the raw buffers (also read from checkpoints).
+
+  Args:
+    samples, queries: The sample and query buffers (numpy arrays).
+    n_samples, n_queries: How many rows of each were written.
+    dropped_samples: Samples the ledger could not record.
+    ledger_format: ``tf_dp.analysis.ledger_schema.FORMAT_V1`` (default: one
+      entry per sample, for code that indexes ``["samples"]``) or
+      ``FORMAT_V2`` (runs of identical consecutive samples with a count).
+  """
+  from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
+  runs = ledger_schema.runs_from_buffers(samples, queries, n_samples,
+                                         n_queries)
+  return ledger_schema.encode(runs, dropped_samples,
+                              ledger_format or ledger_schema.FORMAT_V1)
 
 
 class QueryWithLedger(dp_query.DPQuery):

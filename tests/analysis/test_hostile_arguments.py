@@ -141,6 +141,13 @@ def test_amplification_in_log_space_does_not_overflow():
 # --- Silent nonsense before: now a ValueError naming the argument. ---
 
 
+_BOGUS_LEDGER_JSON = json.dumps({
+    "format": "tf_dp.privacy_ledger/1", "dropped_samples": 0,
+    "samples": [{"population_size": 100, "selection_probability": 0.1,
+                 "sampling": "bogus", "examples_per_record": 1,
+                 "sum_queries": [{"l2_norm_clip": 1.0, "noise_stddev": 1.0}]}]})
+
+
 @pytest.mark.parametrize("call,name", [
     (lambda: analysis.amplify_by_poisson_sampling(1.0, -1.0, 0.01), "delta"),
     (lambda: analysis.amplify_by_poisson_sampling(1.0, math.nan, 0.01),
@@ -162,6 +169,8 @@ def test_amplification_in_log_space_does_not_overflow():
     (lambda: analysis.zcdp_to_dp_epsilon(math.nan, 1e-5), "rho"),
     (lambda: analysis.get_privacy_spent([2.0], [1.0], target_delta=True),
      "target_delta"),
+    (lambda: analysis.compute_epsilon_from_ledger(_BOGUS_LEDGER_JSON, 1e-5),
+     r"samples\[0\]\.sampling"),
 ])
 def test_value_error_names_the_argument(call, name):
   with pytest.raises(ValueError, match=rf"\b{name}\b"):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tf_dp import analysis
+from tf_dp.analysis import ledger as ledger_lib
 
 ORDERS = [float(o) for o in range(2, 65)]
 
@@ -71,3 +72,77 @@ def test_reprocess_with_dp_accounting():
     acc.compose(event)
   ours = analysis.compute_epsilon_from_ledger(data, 1e-5, ORDERS)[0]
   assert ours == pytest.approx(acc.get_epsilon(1e-5), rel=1e-8)
+
+
+def ledger_v2(runs, dropped=0):
+  return {"format": "tf_dp.privacy_ledger/2", "dropped_samples": dropped,
+          "runs": [dict(s, count=k) for s, k in runs]}
+
+
+def test_version_2_runs_account_like_the_expanded_samples():
+  a, b = sample(0.01, ((1.0, 1.1),)), sample(0.02, ((1.0, 2.0), (0.5, 1.0)))
+  runs = ledger_v2([(a, 50), (b, 20), (a, 5)])
+  expanded = ledger([a] * 50 + [b] * 20 + [a] * 5)
+  np.testing.assert_allclose(analysis.compute_rdp_from_ledger(runs, ORDERS),
+                             analysis.compute_rdp_from_ledger(expanded,
+                                                              ORDERS),
+                             rtol=1e-12)
+  assert ledger_lib.ledger_as_dict(runs) == expanded
+  assert analysis.ledger_events(runs) == analysis.ledger_events(expanded)
+  assert len(analysis.ledger_events(runs)) == 75
+
+
+def test_ledger_event_runs_merge_equal_events():
+  # Eq. (1) reduces both query lists to z = 2: one run of 3 events.
+  one = sample(0.01, ((1.0, 2.0),))
+  two = sample(0.01, ((1.0, 2.0 * math.sqrt(2)), (1.0, 2.0 * math.sqrt(2))))
+  runs = ledger_lib.ledger_event_runs(ledger([one, two, one, sample(0.02)]))
+  assert [count for _, count in runs] == [3, 1]
+  assert runs[0][0].noise_multiplier == pytest.approx(2.0, rel=1e-15)
+  assert runs[0][0] == ledger_lib.LedgerEvent("poisson", 0.01, 2.0, 60000, 1)
+
+
+def test_million_step_ledger_is_accounted_from_one_run():
+  data = ledger_v2([(sample(256 / 60000), 10 ** 6)])
+  assert ledger_lib.ledger_event_runs(data) == [
+      (ledger_lib.LedgerEvent("poisson", 256 / 60000, 1.1, 60000, 1), 10 ** 6)]
+  np.testing.assert_allclose(
+      analysis.compute_rdp_from_ledger(data, ORDERS),
+      analysis.compute_rdp(256 / 60000, 1.1, 10 ** 6, ORDERS), rtol=1e-12)
+
+
+def test_shuffled_is_accounted_as_fixed_size_and_warns_once():
+  shuffled = ledger([sample(sampling="shuffled")] * 7)
+  fixed = ledger([sample(sampling="fixed_size")] * 7)
+  with pytest.warns(UserWarning, match="conventional approximation") as rec:
+    rdp = analysis.compute_rdp_from_ledger(shuffled, ORDERS)
+  assert len([w for w in rec if "shuffled" in str(w.message)]) == 1
+  assert "tf_dp.data" in str(rec[0].message)
+  np.testing.assert_allclose(rdp,
+                             analysis.compute_rdp_from_ledger(fixed, ORDERS))
+  with pytest.warns(UserWarning, match="Chua et al. 2024"):
+    assert len(analysis.ledger_events(shuffled)) == 7
+
+
+def test_shuffled_maps_to_dp_accounting_like_fixed_size():
+  dp_accounting = pytest.importorskip("dp_accounting")
+  with pytest.warns(UserWarning, match="shuffled"):
+    events = analysis.to_dp_accounting_events(
+        ledger([sample(sampling="shuffled", n=1000, q=0.01)] * 4))
+  assert len(events) == 1 and events[0].count == 4
+  inner = events[0].event
+  assert isinstance(inner, dp_accounting.SampledWithoutReplacementDpEvent)
+  assert (inner.source_dataset_size, inner.sample_size) == (1000, 10)
+  assert inner.event.noise_multiplier == pytest.approx(1.1 / 2)
+
+
+@pytest.mark.parametrize("text,match", [
+    ('{"format": "tf_dp.privacy_ledger/1", "dropped_samples": 0, "samples": '
+     '[{"population_size": 100, "selection_probability": 0.1, "sampling": '
+     '"bogus", "examples_per_record": 1, "sum_queries": []}]}',
+     r"samples\[0\]\.sampling must be one of .*got 'bogus'"),
+    ("{not json", r"not valid JSON"),
+])
+def test_bad_ledger_json_is_refused(text, match):
+  with pytest.raises(ValueError, match=match):
+    analysis.compute_rdp_from_ledger(text, ORDERS)

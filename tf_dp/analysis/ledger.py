@@ -8,16 +8,21 @@ one equivalent query with eq. (1),
 
 and composes the samples with the RDP accountant. No TensorFlow is imported.
 ``ledger_events`` gives the same reduction as plain event descriptions so
-that any other accountant can re-process the ledger.
+that any other accountant can re-process the ledger; ``ledger_event_runs``
+gives them run-length encoded, ``(event, count)``, for long ledgers. The
+format itself (versions 1 and 2, every field's check) is defined in
+``ledger_schema``.
 """
 
 import collections
 import json
 import math
+import warnings
 
 import numpy as np
 
 from tf_dp.analysis import conversion
+from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_without_replacement
 
@@ -26,36 +31,65 @@ LedgerEvent = collections.namedtuple(
                     "population_size", "examples_per_record"])
 
 
-def ledger_as_dict(ledger):
-  """The plain-data form of a ledger object, dict or JSON string."""
+def _export(ledger):
+  """The raw export dict of a ledger object, dict or JSON string."""
   if isinstance(ledger, str):
-    ledger = json.loads(ledger)
-  elif hasattr(ledger, "to_dict"):
-    ledger = ledger.to_dict()
-  if not isinstance(ledger, dict) or "samples" not in ledger:
-    raise ValueError("ledger must be a PrivacyLedger, its to_dict() export or "
-                     "that export as JSON.")
-  dropped = int(ledger.get("dropped_samples", 0))
+    try:
+      return json.loads(ledger)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"ledger is a string but not valid JSON: {e}.") from None
+  if hasattr(ledger, "to_dict"):
+    try:  # Run-length encoded: no per-sample expansion of long runs.
+      return ledger.to_dict(ledger_format=ledger_schema.FORMAT_V2)
+    except TypeError:  # A ledger object from before format 2.
+      return ledger.to_dict()
+  if isinstance(ledger, dict):
+    return ledger
+  raise ValueError("ledger must be a PrivacyLedger, its to_dict() export or "
+                   f"that export as JSON; got {type(ledger).__name__}.")
+
+
+def ledger_runs(ledger):
+  """The validated ``ledger_schema.Run`` list of a ledger (any form).
+
+  Raises:
+    ValueError: on an invalid field (see ``ledger_schema``), or if the
+      ledger was full and did not record every sample.
+  """
+  runs, dropped = ledger_schema.decode(_export(ledger))
   if dropped:
     raise ValueError(
         f"The ledger was full and did not record {dropped} sample(s): epsilon "
         "cannot be computed. Create the PrivacyLedger with max_samples of at "
         "least the number of training steps.")
-  return ledger
+  return runs
+
+
+def ledger_as_dict(ledger):
+  """The ledger as a validated version-1 dict: one entry per sample.
+
+  Kept for code that indexes ``["samples"]``; it expands every run, so
+  accountants should use ``ledger_event_runs`` instead.
+  """
+  return ledger_schema.encode(ledger_runs(ledger), 0, ledger_schema.FORMAT_V1)
 
 
 def sample_noise_multiplier(sum_queries):
   """Eq. (1): the noise multiplier of one sample's Gaussian sum queries.
 
-  ``inf`` if nothing private was released (no queries, or all clips 0);
+  ``sum_queries`` holds ``{"l2_norm_clip", "noise_stddev"}`` dicts or
+  ``(l2_norm_clip, noise_stddev)`` pairs. Returns ``inf`` if nothing
+  private was released (no queries, or all clips 0 or all noise infinite);
   ``0`` if some query released a non-zero clip without noise.
   """
   total = 0.0
   for q in sum_queries:
-    clip, stddev = float(q["l2_norm_clip"]), float(q["noise_stddev"])
+    if isinstance(q, dict):
+      q = ledger_schema.check_query(q, "sum query")
+    clip, stddev = float(q[0]), float(q[1])
     if clip < 0 or stddev < 0 or math.isnan(clip) or math.isnan(stddev):
       raise ValueError(f"Invalid sum query in ledger: {q!r}.")
-    if clip == 0:
+    if clip == 0 or (math.isinf(stddev) and not math.isinf(clip)):
       continue
     if stddev == 0 or math.isinf(clip):
       return 0.0
@@ -63,14 +97,44 @@ def sample_noise_multiplier(sum_queries):
   return math.inf if total == 0 else total ** -0.5
 
 
+_SHUFFLED_WARNING = (
+    "The ledger records 'shuffled' sampling (batches of a shuffled pass, as "
+    "Keras fit(shuffle=True) draws them). It is accounted like fixed-size "
+    "sampling without replacement: the conventional approximation, not a "
+    "proven guarantee (Chua et al. 2024, 'How Private are DP-SGD "
+    "Implementations?'). For a guarantee, feed the model from tf_dp.data's "
+    "Poisson or fixed-size samplers.")
+
+
+def ledger_event_runs(ledger):
+  """``(LedgerEvent, count)`` pairs: runs of identical consecutive samples.
+
+  An accountant composes each event ``count`` times at once; a 10^6-step
+  run with constant hyperparameters is one pair. Samples whose sum
+  queries reduce to the same noise multiplier (eq. (1)) share a run.
+  Warns (``UserWarning``, once per call) if any sample is ``"shuffled"``.
+  """
+  out = []
+  for sample, count in ledger_runs(ledger):
+    event = LedgerEvent(sample.sampling, sample.selection_probability,
+                        sample_noise_multiplier(sample.sum_queries),
+                        sample.population_size, sample.examples_per_record)
+    if out and out[-1][0] == event:
+      out[-1] = (event, out[-1][1] + count)
+    else:
+      out.append((event, count))
+  if any(e.sampling == "shuffled" for e, _ in out):
+    warnings.warn(_SHUFFLED_WARNING, UserWarning, stacklevel=3)
+  return out
+
+
 def ledger_events(ledger):
-  """One ``LedgerEvent`` per recorded sample (plain Python values)."""
-  data = ledger_as_dict(ledger)
-  return [LedgerEvent(s["sampling"], float(s["selection_probability"]),
-                      sample_noise_multiplier(s["sum_queries"]),
-                      int(s["population_size"]),
-                      int(s.get("examples_per_record", 1)))
-          for s in data["samples"]]
+  """One ``LedgerEvent`` per recorded sample (plain Python values).
+
+  Expands the runs of ``ledger_event_runs`` (which warns on ``"shuffled"``
+  sampling); prefer that function for long ledgers.
+  """
+  return [e for e, count in ledger_event_runs(ledger) for _ in range(count)]
 
 
 def compute_rdp_from_ledger(ledger, orders=None):
@@ -126,22 +190,27 @@ def compute_epsilon_from_ledger(ledger, delta, orders=None,
 def to_dp_accounting_events(ledger):
   """The ledger as ``dp_accounting`` events (needs the optional package).
 
-  Each sample becomes a ``PoissonSampledDpEvent`` (add/remove neighbours) or a
-  ``SampledWithoutReplacementDpEvent`` whose Gaussian noise multiplier is
-  taken relative to the replace-one sensitivity 2C (hence z / 2).
+  One event per run of identical samples: a ``PoissonSampledDpEvent``
+  (add/remove neighbours) or, for ``"fixed_size"`` and ``"shuffled"``
+  samples, a ``SampledWithoutReplacementDpEvent`` whose Gaussian noise
+  multiplier is taken relative to the replace-one sensitivity 2C (hence
+  z / 2); a run of k > 1 samples is wrapped in ``SelfComposedDpEvent(e, k)``.
+  Samples that released nothing are left out.
   """
   import dp_accounting  # pylint: disable=g-import-not-at-top
   out = []
-  for e in ledger_events(ledger):
-    if math.isinf(e.noise_multiplier):
+  for e, count in ledger_event_runs(ledger):
+    if math.isinf(e.noise_multiplier) or count == 0:
       continue
     if e.sampling == "poisson":
-      out.append(dp_accounting.PoissonSampledDpEvent(
+      event = dp_accounting.PoissonSampledDpEvent(
           e.selection_probability,
-          dp_accounting.GaussianDpEvent(e.noise_multiplier)))
+          dp_accounting.GaussianDpEvent(e.noise_multiplier))
     else:
       batch = int(round(e.selection_probability * e.population_size))
-      out.append(dp_accounting.SampledWithoutReplacementDpEvent(
+      event = dp_accounting.SampledWithoutReplacementDpEvent(
           e.population_size, batch,
-          dp_accounting.GaussianDpEvent(e.noise_multiplier / 2)))
+          dp_accounting.GaussianDpEvent(e.noise_multiplier / 2))
+    out.append(event if count == 1
+               else dp_accounting.SelfComposedDpEvent(event, count))
   return out

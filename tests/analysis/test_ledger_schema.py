@@ -1,0 +1,187 @@
+"""Tests of the ledger format (versions 1 and 2) and its validation."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tf_dp.analysis import ledger_schema as schema
+
+
+def entry(q=0.01, queries=((1.0, 1.1),), sampling="poisson", n=60000,
+          per_record=1, **extra):
+  return dict({"population_size": n, "selection_probability": q,
+               "sampling": sampling, "examples_per_record": per_record,
+               "sum_queries": [{"l2_norm_clip": c, "noise_stddev": s}
+                               for c, s in queries]}, **extra)
+
+
+def v1(samples, dropped=0):
+  return {"format": schema.FORMAT_V1, "dropped_samples": dropped,
+          "samples": samples}
+
+
+A, B = entry(0.01), entry(0.02, ((1.0, 2.0), (0.5, 1.0)))
+
+
+def test_v1_is_read_as_runs_of_consecutive_identical_samples():
+  runs, dropped = schema.decode(v1([A, A, B, A, dict(A)]))
+  assert dropped == 0
+  assert [r.count for r in runs] == [2, 1, 2]
+  assert runs[0].sample == runs[2].sample != runs[1].sample
+  assert runs[1].sample.sum_queries == ((1.0, 2.0), (0.5, 1.0))
+  assert schema.total_samples(runs) == 5
+
+
+def test_v2_round_trip_and_expansion_to_v1():
+  runs, _ = schema.decode(v1([A, A, B, A]))
+  data = json.loads(json.dumps(schema.encode(runs, 3)))
+  assert data["format"] == schema.FORMAT_V2 == schema.CURRENT_FORMAT
+  assert [r["count"] for r in data["runs"]] == [2, 1, 1]
+  assert schema.decode(data) == (runs, 3)
+  assert schema.encode(runs, 3, schema.FORMAT_V1) == v1([A, A, B, A], 3)
+
+
+def test_unversioned_old_export_is_read_as_version_1():
+  runs, _ = schema.decode({"samples": [A, A]})
+  assert runs == [schema.Run(schema.check_sample(A, "A"), 2)]
+  # Early version-1 exports had no examples_per_record: it means 1.
+  legacy = {k: v for k, v in A.items() if k != "examples_per_record"}
+  assert schema.check_sample(legacy, "s").examples_per_record == 1
+
+
+def test_sampling_codes_are_stable_for_checkpoints():
+  # Buffers and checkpoints store the index: appending only.
+  assert schema.SAMPLING_KINDS[:3] == ("poisson", "fixed_size", "shuffled")
+  assert schema.sampling_code("shuffled") == 2
+  assert schema.sampling_kind(1.0) == "fixed_size"
+  with pytest.raises(ValueError, match=r"sampling code.*got 3\.0"):
+    schema.sampling_kind(3.0)
+
+
+def test_million_step_run_is_one_run_of_a_few_hundred_bytes():
+  # 10^6 steps of a two-query sample, as PrivacyLedger buffers hold them.
+  n = 10 ** 6
+  rows = np.tile([60000.0, 256 / 60000, 0.0, 1.0], (n, 1))
+  queries = np.zeros((2 * n, 3))
+  queries[:, 0] = np.repeat(np.arange(n), 2)
+  queries[0::2, 1:] = [1.0, 1.1]
+  queries[1::2, 1:] = [0.5, 3.0]
+  runs = schema.runs_from_buffers(rows, queries, n, 2 * n)
+  assert len(runs) == 1 and runs[0].count == n
+  v2_bytes = len(json.dumps(schema.encode(runs, 0)))
+  assert v2_bytes < 400  # measured: 315 bytes
+  # Version 1 writes every sample: ~229 bytes each, 229 MB for 10^6.
+  one_v1 = len(json.dumps(schema.encode([schema.Run(runs[0].sample, 1)], 0,
+                                        schema.FORMAT_V1)["samples"][0]))
+  assert 200 < one_v1 < 260
+  sample_rows, query_rows = schema.buffers_from_runs(runs)
+  np.testing.assert_array_equal(sample_rows, rows)
+  np.testing.assert_array_equal(query_rows, queries)
+
+
+def test_buffer_runs_match_a_per_sample_reading():
+  # Random blocks of samples with 0-3 queries each, fixed seed; the
+  # vectorised boundaries must agree with a naive one-by-one reading.
+  rng = np.random.default_rng(0)
+  templates = [schema.Sample(100, 0.1, "poisson", 1, ()),
+               schema.Sample(100, 0.1, "poisson", 1, ((1.0, 2.0),)),
+               schema.Sample(100, 0.1, "poisson", 1, ((1.0, 3.0),)),
+               schema.Sample(100, 0.1, "poisson", 1, ((1.0, 2.0), (1.0, 2.0))),
+               schema.Sample(100, 0.2, "shuffled", 4, ((1.0, 2.0),)),
+               schema.Sample(50, 0.1, "fixed_size", 1,
+                             ((1.0, 2.0), (0.5, 1.0), (2.0, 9.0)))]
+  samples = [templates[rng.integers(len(templates))]
+             for _ in range(60) for _ in range(rng.integers(1, 4))]
+  expected = schema.runs_from_samples(samples)
+  rows, queries = schema.buffers_from_runs(
+      [schema.Run(s, 1) for s in samples])
+  assert schema.runs_from_buffers(rows, queries, len(rows),
+                                  len(queries)) == expected
+  # Query rows of different samples interleaved (each sample's own queries
+  # in order) give the same runs.
+  sample_key = rng.random(len(rows))[queries[:, 0].astype(int)]
+  perm = np.argsort(sample_key, kind="stable")
+  assert np.any(np.diff(queries[perm, 0]) < 0)
+  assert schema.runs_from_buffers(rows, queries[perm], len(rows),
+                                  len(queries)) == expected
+  assert len(expected) < len(samples)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (entry(sampling="bogus"),
+     r"samples\[1\]\.sampling must be one of \('poisson', 'fixed_size', "
+     r"'shuffled'\); got 'bogus'"),
+    (entry(n=0), r"samples\[1\]\.population_size must be an integer >= 1"),
+    (entry(n=1.5), r"population_size.*got 1\.5"),
+    (entry(n=True), r"population_size.*got True"),
+    (entry(q=1.5), r"selection_probability must be a real number in \[0, 1\]"),
+    (entry(q=math.nan), r"selection_probability.*got nan"),
+    (entry(q="0.1"), r"selection_probability.*got '0\.1'"),
+    (entry(per_record=0), r"examples_per_record must be an integer >= 1"),
+    (entry(queries=((1.0, -1.0),)),
+     r"samples\[1\]\.sum_queries\[0\]\.noise_stddev.*got -1\.0"),
+    (entry(queries=((math.nan, 1.0),)), r"sum_queries\[0\]\.l2_norm_clip"),
+    (dict(entry(), sum_queries=[{"l2_norm_clip": 1.0}]),
+     r"sum_queries\[0\] must have exactly the keys.*missing \['noise_stddev"),
+    (dict(entry(), sum_queries="none"), r"sum_queries must be a list"),
+    (entry(replacement=True), r"unknown \['replacement'\]"),
+    ({k: v for k, v in entry().items() if k != "sampling"},
+     r"missing \['sampling'\]"),
+    ("sample", r"samples\[1\] must be a dict"),
+])
+def test_every_field_is_validated_with_its_path(bad, match):
+  with pytest.raises(ValueError, match=match):
+    schema.decode(v1([A, bad]))
+
+
+@pytest.mark.parametrize("data,match", [
+    ({"format": schema.FORMAT_V2, "dropped_samples": 0,
+      "runs": [dict(A, count=0)]}, r"runs\[0\]\.count must be an integer >= 1"),
+    ({"format": schema.FORMAT_V2, "dropped_samples": 0, "runs": [A]},
+     r"runs\[0\]\.count.*got None"),
+    ({"format": schema.FORMAT_V2, "dropped_samples": 0,
+      "runs": [dict(A, count=2.5)]}, r"count.*got 2\.5"),
+    ({"format": schema.FORMAT_V2, "dropped_samples": 0, "samples": [A]},
+     r"missing \['runs'\], unknown \['samples'\]"),
+    (v1([A], dropped=-1), r"dropped_samples must be an integer >= 0"),
+    ({"format": "tf_dp.privacy_ledger/3", "runs": []},
+     r"newer tf_dp.*upgrade"),
+    ({"format": "other", "samples": []}, r"Not a tf_dp ledger export"),
+    ([A], r"must be a dict"),
+    (v1({"0": A}), r"samples must be a list"),
+])
+def test_top_level_is_validated(data, match):
+  with pytest.raises(ValueError, match=match):
+    schema.decode(data)
+
+
+def test_encode_refuses_unknown_format():
+  with pytest.raises(ValueError, match="ledger_format must be one of"):
+    schema.encode([], 0, "tf_dp.privacy_ledger/9")
+
+
+def test_privacy_ledger_writes_version_2_and_reads_both():
+  tf = pytest.importorskip("tensorflow")
+  from tf_dp.dp_query import events  # pylint: disable=g-import-not-at-top
+  from tf_dp.privacy_ledger import PrivacyLedger  # pylint: disable=g-import-not-at-top
+  ledger = PrivacyLedger(1000, 0.05, sampling="fixed_size", max_samples=10)
+  for stddev in (2.0, 2.0, 2.0, 3.0):
+    ledger.record_sample([events.SumQueryEvent(tf.constant(1.0),
+                                               tf.constant(stddev))])
+  text = ledger.to_json()
+  data = json.loads(text)
+  assert data["format"] == schema.FORMAT_V2
+  assert [r["count"] for r in data["runs"]] == [3, 1]
+  per_sample = ledger.to_dict()
+  assert per_sample["format"] == schema.FORMAT_V1
+  assert len(per_sample["samples"]) == 4
+  for rebuilt in (PrivacyLedger.from_json(text),
+                  PrivacyLedger.from_dict(per_sample),
+                  PrivacyLedger.from_json(ledger.to_json(schema.FORMAT_V1))):
+    assert rebuilt.to_dict() == per_sample
+  short = PrivacyLedger.from_json(text, max_samples=2)
+  assert short.to_dict()["dropped_samples"] == 2
+  with pytest.raises(ValueError, match=r"runs\[0\]\.sampling.*'bogus'"):
+    PrivacyLedger.from_json(text.replace("fixed_size", "bogus"))

@@ -1,0 +1,342 @@
+"""The privacy ledger's plain-data format: the one definition (no TensorFlow).
+
+A ledger export is a JSON object. Two versions exist; both are read:
+
+* ``"tf_dp.privacy_ledger/1"``: ``{"format", "dropped_samples", "samples"}``
+  with one entry per recorded sample (a lot / training step).
+* ``"tf_dp.privacy_ledger/2"`` (what ``PrivacyLedger.to_json`` writes):
+  ``{"format", "dropped_samples", "runs"}``, where each run is a sample
+  entry plus ``"count"``: that many identical consecutive samples. A
+  10^6-step run with constant hyperparameters is one run (~0.3 kB) instead
+  of ~10^6 entries (~200 MB). Older tf_dp versions refuse a version-2 file
+  (no ``"samples"`` key, unknown format) rather than miscount it; write
+  version 1 explicitly for them (``to_json(ledger_format=FORMAT_V1)``).
+
+A sample entry has exactly these keys:
+
+* ``population_size``: integer n >= 1, the number of records;
+* ``selection_probability``: q in [0, 1] (Poisson), or batch size / n;
+* ``sampling``: one of ``SAMPLING_KINDS``:
+  ``"poisson"`` (each record independently with probability q; add/remove
+  neighbours), ``"fixed_size"`` (a uniformly random batch of q n records
+  without replacement; replace-one neighbours) or ``"shuffled"`` (batches
+  of a shuffled pass over the data, as Keras ``fit(shuffle=True)`` draws
+  them: accounted like ``"fixed_size"``, which is the conventional
+  approximation, not a proven guarantee; Chua et al. 2024, "How Private are
+  DP-SGD Implementations?");
+* ``examples_per_record``: integer >= 1 (the microbatch size, or 1);
+* ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0.
+
+Every field is validated on reading; a bad field raises ``ValueError``
+naming its path (``runs[3].sampling``), the value and the allowed values.
+Unknown keys are refused too: a newer writer may give them a meaning that
+changes the privacy accounting.
+"""
+
+import collections
+import math
+import numbers
+
+import numpy as np
+
+FORMAT_V1 = "tf_dp.privacy_ledger/1"
+FORMAT_V2 = "tf_dp.privacy_ledger/2"
+CURRENT_FORMAT = FORMAT_V2
+READABLE_FORMATS = (FORMAT_V1, FORMAT_V2)
+_FORMAT_PREFIX = "tf_dp.privacy_ledger/"
+
+# The order is the sampling code stored in PrivacyLedger buffers and
+# checkpoints: never reorder, only append.
+SAMPLING_KINDS = ("poisson", "fixed_size", "shuffled")
+WITHOUT_REPLACEMENT_KINDS = ("fixed_size", "shuffled")
+
+SAMPLE_KEYS = ("population_size", "selection_probability", "sampling",
+               "examples_per_record", "sum_queries")
+QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
+
+# One recorded sample, hashable: sum_queries is a tuple of
+# (l2_norm_clip, noise_stddev) float pairs.
+Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
+# ``count`` identical consecutive samples.
+Run = collections.namedtuple("Run", ["sample", "count"])
+
+
+def _is_int(value):
+  if isinstance(value, bool):
+    return False
+  if isinstance(value, numbers.Integral):
+    return True
+  return isinstance(value, float) and value.is_integer()
+
+
+def _int_at_least(where, value, low):
+  if not _is_int(value) or value < low:
+    raise ValueError(f"{where} must be an integer >= {low}; got {value!r}.")
+  return int(value)
+
+
+def _real(where, value, low, high):
+  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+      or math.isnan(value) or not low <= value <= high):
+    raise ValueError(f"{where} must be a real number in [{low}, {high}]; "
+                     f"got {value!r}.")
+  return float(value)
+
+
+def sampling_code(kind):
+  """The buffer code of a sampling kind (its index in SAMPLING_KINDS)."""
+  if kind not in SAMPLING_KINDS:
+    raise ValueError(f"sampling must be one of {SAMPLING_KINDS}; got "
+                     f"{kind!r}.")
+  return SAMPLING_KINDS.index(kind)
+
+
+def sampling_kind(code, where="sampling code"):
+  """The sampling kind of a buffer code (a float or int index)."""
+  if (isinstance(code, bool) or not isinstance(code, numbers.Real)
+      or math.isnan(code) or float(code) != int(code)
+      or not 0 <= int(code) < len(SAMPLING_KINDS)):
+    raise ValueError(f"{where} must be an index into {SAMPLING_KINDS}; got "
+                     f"{code!r}.")
+  return SAMPLING_KINDS[int(code)]
+
+
+def check_query(raw, where):
+  """One sum query as a validated ``(l2_norm_clip, noise_stddev)`` pair."""
+  if not isinstance(raw, dict):
+    raise ValueError(f"{where} must be a dict with keys {QUERY_KEYS}; got "
+                     f"{raw!r}.")
+  unknown = sorted(set(raw) - set(QUERY_KEYS))
+  missing = [k for k in QUERY_KEYS if k not in raw]
+  if unknown or missing:
+    raise ValueError(f"{where} must have exactly the keys {QUERY_KEYS}; "
+                     f"missing {missing}, unknown {unknown}.")
+  return (_real(f"{where}.l2_norm_clip", raw["l2_norm_clip"], 0, math.inf),
+          _real(f"{where}.noise_stddev", raw["noise_stddev"], 0, math.inf))
+
+
+def check_sample(raw, where, extra_keys=()):
+  """One sample entry as a validated ``Sample`` (see the module docstring).
+
+  ``examples_per_record`` may be missing (then 1), as in early version-1
+  exports. ``extra_keys`` are allowed and ignored (``"count"`` in runs).
+  """
+  if not isinstance(raw, dict):
+    raise ValueError(f"{where} must be a dict with keys {SAMPLE_KEYS}; got "
+                     f"{raw!r}.")
+  unknown = sorted(set(raw) - set(SAMPLE_KEYS) - set(extra_keys))
+  missing = [k for k in SAMPLE_KEYS
+             if k not in raw and k != "examples_per_record"]
+  if unknown or missing:
+    raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
+                     f"{missing}, unknown {unknown}.")
+  if raw["sampling"] not in SAMPLING_KINDS:
+    raise ValueError(f"{where}.sampling must be one of {SAMPLING_KINDS}; "
+                     f"got {raw['sampling']!r}.")
+  queries = raw["sum_queries"]
+  if not isinstance(queries, (list, tuple)):
+    raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
+  return Sample(
+      _int_at_least(f"{where}.population_size", raw["population_size"], 1),
+      _real(f"{where}.selection_probability", raw["selection_probability"],
+            0, 1),
+      raw["sampling"],
+      _int_at_least(f"{where}.examples_per_record",
+                    raw.get("examples_per_record", 1), 1),
+      tuple(check_query(q, f"{where}.sum_queries[{j}]")
+            for j, q in enumerate(queries)))
+
+
+def runs_from_samples(samples):
+  """Run-length encodes an iterable of ``Sample`` into a list of ``Run``."""
+  runs = []
+  for sample in samples:
+    if runs and runs[-1].sample == sample:
+      runs[-1] = Run(sample, runs[-1].count + 1)
+    else:
+      runs.append(Run(sample, 1))
+  return runs
+
+
+def merge_runs(runs):
+  """Merges consecutive runs of equal samples (counts add)."""
+  out = []
+  for run in runs:
+    if out and out[-1].sample == run.sample:
+      out[-1] = Run(run.sample, out[-1].count + run.count)
+    else:
+      out.append(run)
+  return out
+
+
+def _runs_from_v1_entries(entries):
+  """Runs of version-1 entries; an entry equal to the previous raw entry
+  (a fast dict comparison) is not validated again."""
+  runs, previous = [], None
+  for i, raw in enumerate(entries):
+    if runs and raw == previous and type(raw) is dict:  # pylint: disable=unidiomatic-typecheck
+      runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
+      continue
+    sample = check_sample(raw, f"samples[{i}]")
+    previous = raw
+    if runs and runs[-1].sample == sample:
+      runs[-1] = Run(sample, runs[-1].count + 1)
+    else:
+      runs.append(Run(sample, 1))
+  return runs
+
+
+def _check_format(data):
+  if not isinstance(data, dict):
+    raise ValueError("A ledger export must be a dict (or its JSON) with a "
+                     f"'format' key; got {type(data).__name__}.")
+  fmt = data.get("format", FORMAT_V1 if "samples" in data else None)
+  if fmt in READABLE_FORMATS:
+    return fmt
+  if isinstance(fmt, str) and fmt.startswith(_FORMAT_PREFIX):
+    raise ValueError(f"format {fmt!r} was written by a newer tf_dp (this one "
+                     f"reads {READABLE_FORMATS}); upgrade tf_dp to read it.")
+  raise ValueError(f"Not a tf_dp ledger export: format must be one of "
+                   f"{READABLE_FORMATS}; got {fmt!r}.")
+
+
+def decode(data):
+  """Validates a ledger export (version 1 or 2) and returns its runs.
+
+  Args:
+    data: The export as a dict (``json.loads`` of the file).
+
+  Returns:
+    ``(runs, dropped_samples)``: a list of ``Run`` (consecutive equal
+    samples merged) and the number of samples the ledger could not record.
+
+  Raises:
+    ValueError: naming the first invalid field, its value and the fix.
+  """
+  fmt = _check_format(data)
+  key = "samples" if fmt == FORMAT_V1 else "runs"
+  top = {"format", "dropped_samples", key}
+  unknown = sorted(set(data) - top)
+  if unknown or key not in data:
+    raise ValueError(f"A {fmt} ledger has the keys {sorted(top)}; missing "
+                     f"{[k for k in (key,) if k not in data]}, unknown "
+                     f"{unknown}.")
+  dropped = _int_at_least("dropped_samples", data.get("dropped_samples", 0),
+                          0)
+  entries = data[key]
+  if not isinstance(entries, list):
+    raise ValueError(f"{key} must be a list; got {type(entries).__name__}.")
+  if fmt == FORMAT_V1:
+    runs = _runs_from_v1_entries(entries)
+  else:
+    runs = merge_runs(
+        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",)),
+            _int_at_least(f"runs[{i}].count", r.get("count"), 1))
+        for i, r in enumerate(entries))
+  return runs, dropped
+
+
+def sample_to_dict(sample):
+  """A ``Sample`` as its (fresh) JSON-ready dict."""
+  return {"population_size": sample.population_size,
+          "selection_probability": sample.selection_probability,
+          "sampling": sample.sampling,
+          "examples_per_record": sample.examples_per_record,
+          "sum_queries": [{"l2_norm_clip": c, "noise_stddev": s}
+                          for c, s in sample.sum_queries]}
+
+
+def encode(runs, dropped_samples, ledger_format=CURRENT_FORMAT):
+  """The export dict of ``runs`` in ``ledger_format`` (1: one entry each)."""
+  if ledger_format == FORMAT_V1:
+    samples = [sample_to_dict(r.sample) for r in runs for _ in range(r.count)]
+    return {"format": FORMAT_V1, "dropped_samples": int(dropped_samples),
+            "samples": samples}
+  if ledger_format == FORMAT_V2:
+    return {"format": FORMAT_V2, "dropped_samples": int(dropped_samples),
+            "runs": [dict(sample_to_dict(r.sample), count=int(r.count))
+                     for r in merge_runs(runs)]}
+  raise ValueError(f"ledger_format must be one of {READABLE_FORMATS}; got "
+                   f"{ledger_format!r}.")
+
+
+def total_samples(runs):
+  """The number of samples (steps) in ``runs``."""
+  return sum(r.count for r in runs)
+
+
+# --- The PrivacyLedger buffer layout (also what checkpoints hold). ---
+# Sample rows: population_size, selection_probability, sampling code,
+# examples_per_record. Query rows: sample index, l2_norm_clip, noise_stddev.
+
+
+def _sample_boundaries(rows, qrows, idx, counts):
+  """True where sample i differs from sample i - 1 (vectorised)."""
+  n = len(rows)
+  differs = np.ones(n, dtype=bool)
+  differs[1:] = (np.any(rows[1:] != rows[:-1], axis=1)
+                 | (counts[1:] != counts[:-1]))
+  if len(idx):
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pos = np.arange(len(idx)) - starts[idx]
+    prev = np.maximum(idx - 1, 0)
+    comparable = (idx >= 1) & (counts[idx] == counts[prev])
+    partner = np.where(comparable, starts[prev] + pos, 0)
+    mismatch = ~comparable | np.any(qrows[:, 1:] != qrows[partner, 1:], axis=1)
+    differs |= np.bincount(idx, weights=mismatch, minlength=n) > 0
+  return differs
+
+
+def runs_from_buffers(samples, queries, n_samples, n_queries):
+  """The ``Run`` list recorded in PrivacyLedger buffers (numpy arrays).
+
+  Consecutive identical samples are found with vectorised comparisons, so
+  a 10^6-sample buffer becomes its runs without 10^6 Python dicts.
+  """
+  rows = np.asarray(samples, dtype=float)[:n_samples].reshape(-1, 4)
+  qrows = np.asarray(queries, dtype=float)[:n_queries].reshape(-1, 3)
+  idx = qrows[:, 0].astype(int)
+  if np.any(idx < 0) or np.any(idx >= len(rows)):
+    raise ValueError("ledger buffers are corrupt: a sum query refers to "
+                     f"sample {int(idx[(idx < 0) | (idx >= len(rows))][0])} "
+                     f"of {len(rows)}.")
+  if np.any(np.diff(idx) < 0):  # Written in order; sort only if not.
+    order = np.argsort(idx, kind="stable")
+    qrows, idx = qrows[order], idx[order]
+  counts = np.bincount(idx, minlength=len(rows))
+  starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+  first = np.flatnonzero(_sample_boundaries(rows, qrows, idx, counts))
+  ends = np.append(first[1:], len(rows))
+  runs = []
+  for i, end in zip(first, ends):
+    n, q, code, per_record = rows[i]
+    sample = Sample(
+        int(round(n)), float(q), sampling_kind(code, f"samples[{i}] code"),
+        int(round(per_record)),
+        tuple((float(c), float(s))
+              for _, c, s in qrows[starts[i]:starts[i + 1]]))
+    runs.append(Run(sample, int(end - i)))
+  return runs
+
+
+def buffers_from_runs(runs):
+  """``(sample_rows, query_rows)`` arrays that record ``runs`` in order."""
+  counts = np.array([r.count for r in runs], dtype=int)
+  rows = np.array([[r.sample.population_size, r.sample.selection_probability,
+                    sampling_code(r.sample.sampling),
+                    r.sample.examples_per_record] for r in runs],
+                  dtype=float).reshape(-1, 4)
+  sample_rows = np.repeat(rows, counts, axis=0)
+  per_run = np.array([len(r.sample.sum_queries) for r in runs], dtype=int)
+  values = np.array([q for r in runs for q in r.sample.sum_queries],
+                    dtype=float).reshape(-1, 2)
+  run_start = np.concatenate([[0], np.cumsum(per_run)[:-1]]).astype(int)
+  run_of_sample = np.repeat(np.arange(len(runs)), counts)
+  per_sample = per_run[run_of_sample]
+  sample_of_query = np.repeat(np.arange(len(sample_rows)), per_sample)
+  first_query = np.concatenate([[0], np.cumsum(per_sample)[:-1]]).astype(int)
+  pos = np.arange(len(sample_of_query)) - first_query[sample_of_query]
+  source = run_start[run_of_sample[sample_of_query]] + pos
+  query_rows = np.column_stack([sample_of_query.astype(float),
+                                values[source].reshape(-1, 2)])
+  return sample_rows, query_rows.reshape(-1, 3)
