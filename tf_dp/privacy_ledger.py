@@ -102,18 +102,46 @@ class PrivacyLedger(tf.Module):
   def max_samples(self):
     return self._max_samples
 
+  @property
+  def sample_count(self):
+    """Samples recorded so far plus samples dropped (a tensor, int32)."""
+    return self._sample_count + self._dropped_samples
+
   def set_sample_size(self, population_size=None, selection_probability=None):
-    """Changes n or q for the samples recorded from now on."""
+    """Changes n (and q) for the samples recorded from now on.
+
+    A fixed-size sample's q is its size divided by n, so changing only n
+    rescales the q recorded for later fixed-size samples of the same size
+    (q * old_n / new_n); Poisson's q is the sampler's probability and stays
+    unless given.
+    """
     if population_size is not None:
+      if not (isinstance(population_size, (int, np.integer))
+              and population_size >= 1):
+        raise ValueError("population_size must be an integer >= 1; got "
+                         f"{population_size!r}.")
+      old = float(self.population_size.numpy())
+      if selection_probability is None and self.sampling != "poisson":
+        self.selection_probability.assign(
+            min(1.0, float(self.selection_probability.numpy()) * old
+                / population_size))
       self.population_size.assign(float(population_size))
     if selection_probability is not None:
+      if not 0 <= float(selection_probability) <= 1:
+        raise ValueError("selection_probability must lie in [0, 1]; got "
+                         f"{selection_probability!r}.")
       self.selection_probability.assign(float(selection_probability))
 
-  def record_sample(self, sum_query_events):
+  def record_sample(self, sum_query_events, sample_size=None,
+                    examples_per_record=None):
     """Records one sample and its Gaussian sum queries (graph-safe).
 
     Args:
       sum_query_events: A nested event from ``get_noised_result``.
+      sample_size: Optional number of examples actually drawn (a tensor) for
+        a fixed-size sample: q is then recorded as ``sample_size / n`` with
+        the ledger's current n. Poisson samples record the sampler's q.
+      examples_per_record: Optional examples per record of this sample.
 
     Returns:
       A boolean tensor: True if written, False if the ledger was full (then
@@ -129,8 +157,17 @@ class PrivacyLedger(tf.Module):
     # Each branch's result depends on its writes explicitly, so they run in
     # plain v1 graphs too (where no automatic control dependencies exist).
     def write():
-      row = tf.stack([self.population_size, self.selection_probability,
-                      self._sampling_code, self.examples_per_record])
+      q = self.selection_probability.read_value()
+      if sample_size is not None:  # Fixed-size: q = drawn / n.
+        is_poisson = tf.equal(self._sampling_code,
+                              float(SAMPLING_METHODS.index("poisson")))
+        q = tf.where(is_poisson, q, tf.minimum(
+            tf.cast(sample_size, tf.float64) / self.population_size, 1.0))
+      per_record = self.examples_per_record.read_value()
+      if examples_per_record is not None:
+        per_record = tf.cast(examples_per_record, tf.float64)
+      row = tf.stack([self.population_size.read_value(), q,
+                      self._sampling_code.read_value(), per_record])
       writes = [_scatter(self._samples, tf.reshape(sample_index, [1, 1]),
                          row[None])]
       if num_queries:

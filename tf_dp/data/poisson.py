@@ -27,45 +27,66 @@ def default_max_batch_size(n, q):
 
 
 def poisson_sampled_batches(x, y, sampling_probability, num_steps,
-                            max_batch_size=None, seed=None):
-  """A dataset of ``num_steps`` Poisson samples ``(x, y, weight)``.
+                            max_batch_size=None, seed=None,
+                            batches_per_lot=1):
+  """A dataset of ``num_steps`` Poisson lots, as ``(x, y, weight)`` batches.
 
-  Privacy contract: every example is in each step's sample independently
-  with probability ``sampling_probability``; steps are independent. A sample
-  larger than ``max_batch_size`` raises an error instead of being truncated
-  (truncation would change the sampling the ledger records).
+  Privacy contract: every example is in each lot independently with
+  probability ``sampling_probability``; lots are independent, also across
+  re-iterations of the dataset (each iteration draws fresh lots). A lot is
+  one Poisson draw, split into ``batches_per_lot`` consecutive batches of
+  equal padded size (for ``DPOptimizer(gradient_accumulation_steps=
+  batches_per_lot)``): an example is in a lot at most once, and the lot is
+  the sample the ledger records. A lot larger than its padded size raises
+  an error instead of being truncated (truncation would change the
+  sampling the ledger records).
 
   Args:
     x, y: In-memory arrays (or nests of arrays) with ``n`` examples.
-    sampling_probability: q in (0, 1].
-    num_steps: Number of samples (steps); ``round(epochs / q)`` for epochs.
-    max_batch_size: Padded size; by default mean + 8 sd.
+    sampling_probability: q in (0, 1], the probability per lot.
+    num_steps: Number of lots; ``round(epochs / q)`` for epochs.
+    max_batch_size: Padded size of a lot; by default mean + 8 sd.
     seed: None (OS entropy) or an int for reproducible tests.
+    batches_per_lot: Batches each lot is split into (the dataset yields
+      ``num_steps * batches_per_lot`` batches).
   """
   n = len(tf.nest.flatten(x)[0])
   if not 0 < sampling_probability <= 1:
     raise ValueError("sampling_probability must lie in (0, 1]; got "
                      f"{sampling_probability!r}.")
+  if isinstance(batches_per_lot, bool) or not (
+      isinstance(batches_per_lot, int) and batches_per_lot >= 1):
+    raise ValueError("batches_per_lot must be an integer >= 1 (the "
+                     "DPOptimizer's gradient_accumulation_steps); got "
+                     f"{batches_per_lot!r}.")
   if max_batch_size is None:
     max_batch_size = default_max_batch_size(n, sampling_probability)
+  per_batch = -(-int(max_batch_size) // batches_per_lot)
+  lot_rows = per_batch * batches_per_lot
   key = (int(np.frombuffer(os.urandom(8), np.int64)[0]) if seed is None
          else int(seed))
   xs = tf.nest.map_structure(tf.constant, x)
   ys = tf.nest.map_structure(tf.constant, y)
 
-  def sample(step):
+  def sample(lot_seed):
     draws = tf.random.stateless_uniform(
-        [n], seed=tf.stack([tf.constant(key, tf.int64), step]))
+        [n], seed=tf.stack([lot_seed, tf.constant(0, tf.int64)]))
     chosen = tf.where(draws < sampling_probability)[:, 0]
     size = tf.shape(chosen)[0]
     tf.debugging.assert_less_equal(
-        size, max_batch_size, message=(
+        size, lot_rows, message=(
             "tf_dp: a Poisson sample exceeded max_batch_size; raise it."))
-    pad = max_batch_size - size
+    pad = lot_rows - size
     index = tf.concat([chosen, tf.zeros([pad], tf.int64)], axis=0)
     weight = tf.concat([tf.ones([size]), tf.zeros([pad])], axis=0)
-    gather = lambda t: tf.gather(t, index)
+    split = lambda t: tf.reshape(t, tf.concat(
+        [[batches_per_lot, per_batch], tf.shape(t)[1:]], 0))
+    gather = lambda t: split(tf.gather(t, index))
     return (tf.nest.map_structure(gather, xs),
-            tf.nest.map_structure(gather, ys), weight)
+            tf.nest.map_structure(gather, ys), split(weight))
 
-  return tf.data.Dataset.range(num_steps).map(sample)
+  # Fresh lot seeds on every iteration: re-iterating the dataset (e.g. one
+  # pass per Keras epoch) never repeats a sample.
+  lot_seeds = tf.data.Dataset.random(seed=key,
+                                     rerandomize_each_iteration=True)
+  return lot_seeds.take(num_steps).map(sample).unbatch()

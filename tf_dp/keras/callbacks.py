@@ -5,49 +5,24 @@ the model's ``DPOptimizer`` (nothing else), so what it reports is what the
 accountant would compute after training.
 """
 
-import math
-
-import numpy as np
+import warnings
 
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis.budget import max_additional_steps
+from tf_dp.keras import dp_engine as dp_engine_lib
 
 
-class PrivacyBudget:
-  """Logs epsilon after each epoch and stops training before a target.
+class _Callback:
+  """The Keras callback interface, duck-typed for Keras 3 and Keras 2."""
 
-  Works with ``model.fit`` on Keras 3 and Keras 2 (it implements the
-  callback interface itself). After each epoch ``logs["epsilon"]`` holds
-  the epsilon of everything in the ledger (so it appears in the History and
-  in TensorBoard). With ``target_epsilon``, after every batch it checks
-  whether one more lot (of the last recorded kind) would exceed the target
-  and, if so, sets ``model.stop_training``: epsilon never exceeds the target
-  (except when the very first lot already does; then training stops after
-  it and ``exceeded`` is True).
+  train_batch_hooks = False
 
-  Args:
-    delta: The delta of the reported (epsilon, delta).
-    target_epsilon: Optional budget.
-    orders: Renyi orders for the accountant.
-  """
-
-  def __init__(self, delta, target_epsilon=None, orders=None):
-    if not 0 < delta < 1:
-      raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
-    if target_epsilon is not None and not target_epsilon > 0:
-      raise ValueError(f"target_epsilon must be > 0; got {target_epsilon!r}.")
-    self.delta = delta
-    self.target_epsilon = target_epsilon
-    self.orders = list(orders or rdp_lib.DEFAULT_ORDERS)
+  def __init__(self):
     self.model = None
     self.params = {}
-    self.epsilons = []
-    self.exceeded = False
-    self._allowed_lots = None
     self.validation_data = None
 
-  # Keras callback interface (duck-typed for Keras 3 and Keras 2).
   def set_model(self, model):
     self.model = model
 
@@ -55,7 +30,7 @@ class PrivacyBudget:
     self.params = params
 
   def _implements_train_batch_hooks(self):
-    return self.target_epsilon is not None
+    return self.train_batch_hooks
 
   def _implements_test_batch_hooks(self):
     return False
@@ -68,6 +43,97 @@ class PrivacyBudget:
       return lambda *args, **kwargs: None
     raise AttributeError(name)
 
+  def _engine(self):
+    engine = getattr(self.model.optimizer, "dp_engine", None)
+    if engine is None:
+      raise ValueError(f"{type(self).__name__} needs a model compiled with "
+                       "tf_dp.DPOptimizer.")
+    return engine
+
+
+class LotBoundaryGuard(_Callback):
+  """Keeps every fixed-size lot inside one pass over the data.
+
+  Installed by ``make_private`` in every ``fit``. A lot of several shuffled
+  batches (``gradient_accumulation_steps`` > 1) that took batches from two
+  epochs could hold an example twice, which the ledger's fixed-size sample
+  does not account for. So: when the number of steps per epoch is known and
+  is not a multiple of the lot's batches, ``fit`` is refused with the fix;
+  otherwise a lot still incomplete at the end of an epoch is discarded
+  (nothing of it is released) with a warning. It also lifts the lot limit
+  of an earlier budget at the start of ``fit``.
+  """
+
+  def on_train_begin(self, logs=None):
+    del logs
+    engine = getattr(self.model.optimizer, "dp_engine", None)
+    if engine is None:
+      return
+    engine.allowed_lots.assign(dp_engine_lib.UNLIMITED_LOTS)
+    k = engine.config.gradient_accumulation_steps
+    steps = self.params.get("steps")
+    if self._lots_span_epochs(engine) and steps and steps % k:
+      raise ValueError(
+          f"With gradient_accumulation_steps={k} and {steps} steps per "
+          f"epoch, a lot of shuffled batches would take batches from two "
+          f"epochs and could contain an example twice. Use a number of "
+          f"steps per epoch that is a multiple of {k} (choose batch_size, or "
+          f"pass steps_per_epoch), or Poisson lots "
+          f"(tf_dp.data.poisson_sampled_batches(..., batches_per_lot={k}) "
+          f"with sampling='poisson').")
+
+  def on_epoch_end(self, epoch, logs=None):
+    del epoch, logs
+    engine = getattr(self.model.optimizer, "dp_engine", None)
+    if engine is None or not self._lots_span_epochs(engine):
+      return
+    pending = engine.discard_lot()
+    if pending:
+      warnings.warn(
+          f"tf_dp discarded an incomplete lot of {pending} batch(es) at the "
+          f"end of the epoch (nothing of it was released): a lot must not "
+          f"take batches from two epochs. Make the steps per epoch a "
+          f"multiple of gradient_accumulation_steps.", UserWarning)
+
+  @staticmethod
+  def _lots_span_epochs(engine):
+    return (engine.config.gradient_accumulation_steps > 1
+            and engine.config.sampling != "poisson")
+
+
+class PrivacyBudget(_Callback):
+  """Logs epsilon after each epoch and stops training before a target.
+
+  Works with ``model.fit`` on Keras 3 and Keras 2 (it implements the
+  callback interface itself). After each epoch ``logs["epsilon"]`` holds
+  the epsilon of everything in the ledger (so it appears in the History and
+  in TensorBoard). With ``target_epsilon``, after every batch it checks
+  whether one more lot (of the last recorded kind) would exceed the target
+  and, if so, sets ``model.stop_training``; the DP step itself refuses to
+  release a lot beyond the planned number, so epsilon never exceeds the
+  target whatever ``steps_per_execution`` is (except when the very first
+  lot already does; then training stops after it and ``exceeded`` is True).
+
+  Args:
+    delta: The delta of the reported (epsilon, delta).
+    target_epsilon: Optional budget.
+    orders: Renyi orders for the accountant.
+  """
+
+  def __init__(self, delta, target_epsilon=None, orders=None):
+    super().__init__()
+    if not 0 < delta < 1:
+      raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
+    if target_epsilon is not None and not target_epsilon > 0:
+      raise ValueError(f"target_epsilon must be > 0; got {target_epsilon!r}.")
+    self.delta = delta
+    self.target_epsilon = target_epsilon
+    self.orders = list(orders or rdp_lib.DEFAULT_ORDERS)
+    self.epsilons = []
+    self.exceeded = False
+    self._allowed_lots = None
+    self.train_batch_hooks = target_epsilon is not None
+
   @property
   def ledger(self):
     ledger = getattr(self.model.optimizer, "ledger", None)
@@ -77,7 +143,7 @@ class PrivacyBudget:
     return ledger
 
   def _lots(self):
-    return int(self.ledger._sample_count.numpy())  # pylint: disable=protected-access
+    return int(self.ledger.sample_count.numpy())
 
   def epsilon(self):
     return ledger_accounting.compute_epsilon_from_ledger(
@@ -95,17 +161,35 @@ class PrivacyBudget:
     self.exceeded = more < 0
     self._allowed_lots = len(data["samples"]) + max(more, 0)
 
+  def _limit_lots(self):
+    """Plans, then lets the DP step release only the lots that fit.
+
+    Before any lot is recorded the cost of one is unknown, so exactly one
+    more lot is allowed; the step itself skips (releases nothing, changes
+    no weight) once the ledger holds the allowed number of lots, so the
+    limit holds per step even when Keras runs several steps
+    (``steps_per_execution``) between two callback calls.
+    """
+    self._plan()
+    engine = self._engine()
+    allowed = self._allowed_lots
+    if allowed is None:
+      allowed = self._lots() + 1
+    engine.allowed_lots.assign(allowed)
+
   def on_train_begin(self, logs=None):
     del logs
     self.ledger  # pylint: disable=pointless-statement
     self._allowed_lots = None
+    if self.target_epsilon is not None:
+      self._limit_lots()
 
   def on_train_batch_end(self, batch, logs=None):
     del batch, logs
     if self.target_epsilon is None:
       return
     if self._allowed_lots is None:
-      self._plan()
+      self._limit_lots()
     if self._allowed_lots is not None and self._lots() >= self._allowed_lots:
       self.model.stop_training = True
 
@@ -116,7 +200,5 @@ class PrivacyBudget:
     if logs is not None:
       logs["epsilon"] = eps
     if self.target_epsilon is not None:
-      self._plan()
+      self._limit_lots()
 
-
-del math, np

@@ -27,6 +27,9 @@ from tf_dp.keras.fast import clipped_sum as fast_clipping
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 
+# No limit on the number of lots (until a PrivacyBudget sets one).
+UNLIMITED_LOTS = 2 ** 62
+
 
 def _variables_like(structure, name):
   return tf.nest.map_structure(
@@ -55,6 +58,11 @@ class DPEngine(tf.Module):
         examples_per_record=1, max_samples=config.max_lots)
     self._query = None
     self._built = False
+    # Lots that may be released in total (ledger samples); a PrivacyBudget
+    # lowers it so that a step that would cross the budget never runs,
+    # whatever steps_per_execution is.
+    self.allowed_lots = tf.Variable(UNLIMITED_LOTS, dtype=tf.int64,
+                                    trainable=False, name="allowed_lots")
 
   @property
   def query(self):
@@ -106,7 +114,7 @@ class DPEngine(tf.Module):
       classes = int(model.output_shape[-1])
       parts["metrics"] = DPMetricsQuery(classes, cfg.metrics_noise_stddev)
       part_templates["metrics"] = None
-    self._query = QueryWithLedger(NestedQuery(parts), self.ledger)
+    self._query = NestedQuery(parts)
     self.global_state = _variables_like(self._query.initial_global_state(),
                                         "dp_global_state")
     self._templates = part_templates
@@ -172,7 +180,7 @@ class DPEngine(tf.Module):
 
   def _bn_sum(self, key, params, tap, present):
     """Clipped per-example (mean, mean of squares) of a DP BN layer's input."""
-    query = self._query.query.queries[key]
+    query = self._query.queries[key]
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), tf.float32)
     axes = list(range(1, x.shape.rank - 1))
     stats = BatchNormStats(tf.reduce_mean(x, axes) if axes else x,
@@ -184,7 +192,7 @@ class DPEngine(tf.Module):
 
   def _metrics_sum(self, params, y, y_pred, present):
     """Clipped per-example (count, correct, one-hot class) records."""
-    query = self._query.query.queries["metrics"]
+    query = self._query.queries["metrics"]
     y_pred = tf.convert_to_tensor(y_pred)
     labels = tf.convert_to_tensor(y)
     if labels.shape.rank == y_pred.shape.rank and y_pred.shape[-1] != 1:
@@ -224,21 +232,32 @@ class DPEngine(tf.Module):
     return None
 
   def finish_lot(self, lot, records, examples):
-    """Noises the lot's sum once, records it, and returns the mean gradient."""
+    """Noises the lot's sum once, records it, and returns the mean gradient.
+
+    The ledger sample is what was drawn: a fixed-size lot records
+    ``q = examples / n`` (n: the ledger's population size) and, with
+    microbatches, ``examples / records`` examples per record; a Poisson lot
+    records the sampler's q. The sum is divided by the lot's number of
+    records (fixed-size) or by its expected number of examples ``q * n``
+    (Poisson, a public constant).
+    """
     cfg = self.config
+    n = tf.cast(self.ledger.population_size, tf.float32)
     if cfg.sampling == "poisson":
-      denominator = tf.constant(cfg.sampling_probability
-                                * cfg.population_size, tf.float32)
+      denominator = tf.constant(cfg.sampling_probability, tf.float32) * n
+      written = None
     else:
-      self.ledger.selection_probability.assign(
-          tf.cast(examples, tf.float64) / float(cfg.population_size))
-      if cfg.num_microbatches is not None:
-        self.ledger.examples_per_record.assign(
-            tf.cast(examples / records, tf.float64))
       denominator = records
-    result, new_global, _ = self._query.get_noised_result(
+    result, new_global, event = self._query.get_noised_result(
         lot, _read(self.global_state))
-    updates = [_assign(self.global_state, new_global)]
+    if cfg.sampling == "poisson":
+      written = self.ledger.record_sample(event)
+    else:
+      per_record = (examples / records if cfg.num_microbatches is not None
+                    else None)
+      written = self.ledger.record_sample(event, sample_size=examples,
+                                          examples_per_record=per_record)
+    updates = [written, _assign(self.global_state, new_global)]
     for key, layer in self._bn_layers.items():
       stats = BatchNormStatsQuery.statistics(result[key], denominator)
       updates.append(layer.update_statistics(stats["mean"],
@@ -250,6 +269,18 @@ class DPEngine(tf.Module):
     with tf.control_dependencies(updates):
       return [tf.identity(r) / tf.cast(denominator, r.dtype)
               for r in tf.nest.flatten(result["grads"])]
+
+  def discard_lot(self):
+    """Drops a partly accumulated lot without releasing anything (eager)."""
+    if not self._built:
+      return 0
+    pending = int(self.batches_in_lot.numpy())
+    if pending:
+      _assign(self.lot_state, self._empty_lot())
+      self.lot_records.assign(0.0)
+      self.lot_examples.assign(0.0)
+      self.batches_in_lot.assign(0)
+    return pending
 
   def step(self, model, loss_fn, x, y, sample_weight, apply_fn):
     """One batch: clip, add to the lot, and on the lot's last batch noise
@@ -286,6 +317,17 @@ class DPEngine(tf.Module):
       return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
 
   def _add_to_lot(self, batch_sum, records, examples, apply_fn):
+    """Adds a (global) batch sum to the lot unless the budget is spent."""
+    within_budget = tf.cast(self.ledger.sample_count,
+                            tf.int64) < self.allowed_lots
+    return tf.cond(
+        within_budget,
+        lambda: self._add_to_lot_within_budget(batch_sum, records, examples,
+                                               apply_fn),
+        tf.no_op)
+
+  def _add_to_lot_within_budget(self, batch_sum, records, examples,
+                                apply_fn):
     """Adds a (global) batch sum to the lot; finishes the lot when full."""
     k = self.config.gradient_accumulation_steps
     if k == 1:

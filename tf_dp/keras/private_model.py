@@ -63,6 +63,15 @@ def _dp_train_step(self, data):
   return logs
 
 
+def _dp_fit(self, *args, **kwargs):
+  """``fit`` with tf_dp's lot-boundary guard among the callbacks."""
+  from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
+  callbacks = kwargs.pop("callbacks", None)
+  callbacks = list(callbacks or [])
+  callbacks.insert(0, callbacks_lib.LotBoundaryGuard())
+  return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
+
+
 def make_private(model):
   """Converts a Keras model in place so that ``fit`` trains with DP-SGD.
 
@@ -93,6 +102,7 @@ def make_private(model):
   model_checks.validate_and_prepare(model, flavor)
   model._tf_dp_flavor = flavor  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
+  model.fit = types.MethodType(_dp_fit, model)
   return model
 
 
