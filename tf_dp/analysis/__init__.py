@@ -31,6 +31,9 @@ from tf_dp.analysis.ledger import ledger_events
 from tf_dp.analysis.ledger import sample_noise_multiplier
 from tf_dp.analysis.ledger import to_dp_accounting_events
 from tf_dp.analysis.budget import max_additional_steps
+from tf_dp.analysis.budget import max_additional_steps_for_events
+from tf_dp.analysis.pld import GaussianEvent
+from tf_dp.analysis.pld import PLDAccountant
 from tf_dp.analysis.dpd import dpd_dropout_rates
 from tf_dp.analysis.dpd import dpd_epsilon
 from tf_dp.analysis.dpd import dpd_noise_multiplier

@@ -1,9 +1,11 @@
 r"""Calibration: the noise, batch size or epochs that meet a target epsilon.
 
 The searches of McMahan & Andrew (2018), Section 4: epsilon is monotone in
-each knob, so a bisection with the accountant finds the value that meets a
-target (epsilon, delta). Every result is conservative: the returned setting
-achieves an epsilon at or below the target.
+each knob, so ``search.monotone_boundary`` (doubling, then bisection) with
+the accountant finds the value that meets a target (epsilon, delta). Every
+result is conservative: the returned setting achieves an epsilon at or
+below the target by the chosen accountant (``"pld"`` by default, or
+``"rdp"``; see ``dp_sgd_privacy``).
 The command-line form is ``python -m tf_dp.analysis.compute_noise_multiplier``.
 """
 
@@ -11,79 +13,101 @@ import math
 
 from tf_dp.analysis import _validation
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis import search
+
+MAX_NOISE_MULTIPLIER = 1e4
+MAX_STEPS = 10 ** 9
 
 
-def _eps(n, batch_size, noise_multiplier, epochs, delta, **kw):
-  return privacy_lib.compute_dp_sgd_privacy(
-      n, batch_size, noise_multiplier, epochs, delta, **kw)[0]
+def _epsilon_fn(n, delta, sampling, conversion, accountant):
+  """eps(batch_size, noise_multiplier, epochs) under one accountant."""
+  accountant = privacy_lib.resolve_accountant(accountant,
+                                              conversion=conversion)
+
+  def eps(batch_size, noise_multiplier, epochs):
+    return privacy_lib.compute_dp_sgd_privacy(
+        n, batch_size, noise_multiplier, epochs, delta, sampling=sampling,
+        conversion=conversion, accountant=accountant)[0]
+  return eps
+
+
+def _check_target(target_epsilon):
+  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
+  if target_epsilon == 0:
+    raise ValueError("target_epsilon must be > 0; got 0.")
+  return target_epsilon
 
 
 def compute_noise_multiplier(n, batch_size, target_epsilon, epochs, delta,
-                             sampling="poisson", conversion="tight",
-                             tolerance=1e-3):
+                             sampling="poisson", conversion=None,
+                             tolerance=1e-3, accountant=None):
   """Smallest noise multiplier (to ``tolerance``) with epsilon <= target.
 
   Privacy contract: training with the returned noise multiplier, the given
   batch size, sampling scheme and epochs satisfies (target_epsilon, delta)-DP
-  by this package's accountant.
+  by the chosen accountant.
+
+  Args:
+    n, batch_size, epochs, delta, sampling: As in ``compute_dp_sgd_privacy``.
+    target_epsilon: The epsilon to meet, > 0.
+    conversion: RDP only (see ``compute_dp_sgd_privacy``).
+    tolerance: Relative precision of the answer, in (0, 1).
+    accountant: ``"pld"``, ``"rdp"`` or None (see ``compute_dp_sgd_privacy``).
+
+  Returns:
+    The noise multiplier z: epsilon(z) <= target and
+    epsilon(z (1 - tolerance)) > target.
 
   Raises:
-    ValueError: on invalid arguments, or if even a huge noise multiplier
-      (1e4) cannot meet the target.
+    ValueError: on invalid arguments (``tolerance`` included: 0, negative
+      or NaN would never stop), or if even a noise multiplier of 1e4
+      cannot meet the target.
+
+  Example:
+    >>> z = compute_noise_multiplier(60000, 256, 3.0, 60, 1e-5)  # ~0.98
   """
-  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
-  if target_epsilon == 0:
-    raise ValueError("target_epsilon must be > 0; got 0.")
-  kw = dict(sampling=sampling, conversion=conversion)
-  lo, hi = 0.0, 1.0
-  while _eps(n, batch_size, hi, epochs, delta, **kw) > target_epsilon:
-    lo, hi = hi, 2 * hi
-    if hi > 1e4:
-      raise ValueError(
-          f"target_epsilon={target_epsilon} cannot be reached with "
-          f"noise_multiplier <= 1e4 for this run; train fewer epochs or use "
-          f"a smaller batch.")
-  while hi - lo > tolerance * hi:
-    mid = (lo + hi) / 2
-    if _eps(n, batch_size, mid, epochs, delta, **kw) > target_epsilon:
-      lo = mid
-    else:
-      hi = mid
+  target_epsilon = _check_target(target_epsilon)
+  tolerance = search.check_tolerance("tolerance", tolerance)
+  eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
+  lo, hi = search.monotone_boundary(
+      lambda z: eps(batch_size, z, epochs) > target_epsilon,
+      start=0.0, limit=MAX_NOISE_MULTIPLIER, integer=False,
+      tolerance=tolerance)
+  del lo
+  if hi is None:
+    raise ValueError(
+        f"target_epsilon={target_epsilon} cannot be reached with "
+        f"noise_multiplier <= {MAX_NOISE_MULTIPLIER:g} for this run; train "
+        "fewer epochs or use a smaller batch.")
   return hi
 
 
 def compute_epochs(n, batch_size, noise_multiplier, target_epsilon, delta,
-                   sampling="poisson", conversion="tight"):
+                   sampling="poisson", conversion=None, accountant=None):
   """Largest number of whole steps, in epochs, with epsilon <= target.
 
-  Returns ``(epochs, steps)``; ``epochs = steps * batch_size / n``.
+  Returns ``(epochs, steps)``; ``epochs = steps * batch_size / n``;
+  ``(0.0, 0)`` if one step already exceeds the target and
+  ``(inf, inf)`` beyond 10^9 steps.
   """
   target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
-  kw = dict(sampling=sampling, conversion=conversion)
+  eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
   per_step = batch_size / n
 
-  def eps_of_steps(steps):
-    return _eps(n, batch_size, noise_multiplier, steps * per_step, delta,
-                **kw)
+  def ok(steps):
+    return eps(batch_size, noise_multiplier, steps * per_step) <= (
+        target_epsilon)
 
-  if eps_of_steps(1) > target_epsilon:
+  if not ok(1):
     return 0.0, 0
-  lo, hi = 1, 2
-  while eps_of_steps(hi) <= target_epsilon:
-    lo, hi = hi, hi * 2
-    if hi > 10 ** 9:
-      return math.inf, math.inf
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    if eps_of_steps(mid) <= target_epsilon:
-      lo = mid
-    else:
-      hi = mid
+  lo, hi = search.monotone_boundary(ok, start=1, limit=MAX_STEPS)
+  if hi is None:
+    return math.inf, math.inf
   return lo * per_step, lo
 
 
 def compute_batch_size(n, noise_multiplier, target_epsilon, epochs, delta,
-                       sampling="poisson", conversion="tight"):
+                       sampling="poisson", conversion=None, accountant=None):
   """Largest batch size with epsilon <= target at fixed epochs.
 
   At fixed epochs a larger batch means a larger sampling rate and fewer
@@ -91,20 +115,12 @@ def compute_batch_size(n, noise_multiplier, target_epsilon, epochs, delta,
   bisection over integers applies. Returns 0 if even batch size 1 fails.
   """
   target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
-  kw = dict(sampling=sampling, conversion=conversion)
+  n = _validation.check_positive_int("n", n)
+  eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
 
   def ok(b):
-    return _eps(n, b, noise_multiplier, epochs, delta, **kw) <= target_epsilon
+    return eps(b, noise_multiplier, epochs) <= target_epsilon
 
   if not ok(1):
     return 0
-  lo, hi = 1, n
-  if ok(n):
-    return n
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    if ok(mid):
-      lo = mid
-    else:
-      hi = mid
-  return lo
+  return search.monotone_boundary(ok, start=1, limit=n)[0]

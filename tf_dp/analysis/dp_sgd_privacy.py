@@ -1,5 +1,11 @@
 """Epsilon of a DP-SGD training run from its hyperparameters.
 
+Two accountants are offered: ``"pld"`` (the default; privacy loss
+distributions, ``tf_dp.analysis.pld``: the tightest epsilon, an upper bound
+up to a grid spacing of 1e-4 in the privacy loss) and ``"rdp"`` (Renyi DP,
+``tf_dp.analysis.rdp``: a looser upper bound, kept for comparison with
+published figures and for its orders / conversion options).
+
 The command-line form is ``python -m tf_dp.analysis.compute_dp_sgd_privacy``.
 """
 
@@ -7,10 +13,34 @@ import math
 
 from tf_dp.analysis import _validation
 from tf_dp.analysis import conversion as conversion_lib
+from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_without_replacement
 
 SAMPLINGS = ("poisson", "without_replacement")
+ACCOUNTANTS = ("pld", "rdp")
+DEFAULT_ACCOUNTANT = "pld"
+
+
+def resolve_accountant(accountant, **rdp_options):
+  """The accountant to use: ``accountant``, or the default if it is None.
+
+  ``rdp_options`` are the RDP-only arguments a caller passed (``orders``,
+  ``conversion``): given with ``accountant=None`` they select ``"rdp"`` (a
+  caller asking for an order list wants RDP); given with ``"pld"`` they
+  are an error naming the argument.
+  """
+  given = sorted(k for k, v in rdp_options.items() if v is not None)
+  if accountant is None:
+    return "rdp" if given else DEFAULT_ACCOUNTANT
+  if accountant not in ACCOUNTANTS:
+    raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got "
+                     f"{accountant!r}.")
+  if accountant == "pld" and given:
+    raise ValueError(f"{given[0]} applies to accountant='rdp' only; got "
+                     f"{given[0]}={rdp_options[given[0]]!r} with "
+                     "accountant='pld'.")
+  return accountant
 
 
 def dp_sgd_steps(n, batch_size, epochs):
@@ -29,10 +59,14 @@ def _check_run(n, batch_size, epochs):
   return n, batch_size, float(epochs)
 
 
-def dp_sgd_rdp(q, noise_multiplier, steps, orders, sampling):
-  """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
+def _check_sampling(sampling):
   if sampling not in SAMPLINGS:
     raise ValueError(f"sampling must be one of {SAMPLINGS}; got {sampling!r}.")
+
+
+def dp_sgd_rdp(q, noise_multiplier, steps, orders, sampling):
+  """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
+  _check_sampling(sampling)
   if sampling == "poisson":
     return rdp_lib.compute_rdp(q, noise_multiplier, steps, orders)
   return rdp_without_replacement.compute_rdp_sample_without_replacement(
@@ -40,8 +74,8 @@ def dp_sgd_rdp(q, noise_multiplier, steps, orders, sampling):
 
 
 def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
-                           sampling="poisson", conversion="tight",
-                           orders=None):
+                           sampling="poisson", conversion=None, orders=None,
+                           accountant=None):
   """Epsilon of DP-SGD for ``epochs`` passes over ``n`` records.
 
   Privacy contract: each step samples records with probability
@@ -49,7 +83,8 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
   or draws a fixed-size batch without replacement
   (``sampling="without_replacement"``, replace-one neighbours), clips each
   record's gradient to norm C and adds N(0, (noise_multiplier C)^2) to the
-  sum. ``ceil(epochs * n / batch_size)`` steps are composed.
+  sum. ``ceil(epochs * n / batch_size)`` steps are composed. The returned
+  epsilon is an upper bound on the epsilon of that run at ``delta``.
 
   Args:
     n: Number of records in the training set.
@@ -58,22 +93,36 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
     epochs: Passes over the data (may be fractional).
     delta: Target delta, in (0, 1); 1/n or smaller is customary.
     sampling: ``"poisson"`` or ``"without_replacement"``.
-    conversion: ``"tight"`` or ``"classic"`` RDP-to-DP conversion.
-    orders: Renyi orders; the package default if None.
+    conversion: RDP only: ``"tight"`` (default) or ``"classic"``
+      RDP-to-DP conversion.
+    orders: RDP only: Renyi orders; the package default if None.
+    accountant: ``"pld"`` or ``"rdp"``; None means ``"pld"`` unless
+      ``conversion`` or ``orders`` is given (then ``"rdp"``).
 
   Returns:
-    ``(epsilon, optimal_order)``.
+    ``(epsilon, optimal_order)``; the order is ``nan`` for PLD.
+
+  Raises:
+    ValueError: on an invalid argument (named in the message).
 
   Example:
-    >>> eps, order = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)
+    >>> eps, _ = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)  # 2.38
+    >>> eps, order = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5,
+    ...                                     accountant="rdp")  # 2.60, 13
   """
+  accountant = resolve_accountant(accountant, conversion=conversion,
+                                  orders=orders)
   n, batch_size, epochs = _check_run(n, batch_size, epochs)
   delta = _validation.check_delta("delta", delta)
   noise_multiplier = _validation.check_noise_multiplier(
       "noise_multiplier", noise_multiplier)
-  orders = rdp_lib.DEFAULT_ORDERS if orders is None else orders
+  _check_sampling(sampling)
   steps = dp_sgd_steps(n, batch_size, epochs)
+  if accountant == "pld":
+    return pld_lib.dp_sgd_pld_epsilon(batch_size / n, noise_multiplier,
+                                      steps, delta, sampling), math.nan
+  orders = rdp_lib.DEFAULT_ORDERS if orders is None else orders
   rdp = dp_sgd_rdp(batch_size / n, noise_multiplier, steps, orders, sampling)
   eps, _, order = conversion_lib.get_privacy_spent(
-      orders, rdp, target_delta=delta, conversion=conversion)
+      orders, rdp, target_delta=delta, conversion=conversion or "tight")
   return eps, order

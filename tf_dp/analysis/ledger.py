@@ -19,12 +19,8 @@ import json
 import math
 import warnings
 
-import numpy as np
-
-from tf_dp.analysis import conversion
+from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
-from tf_dp.analysis import rdp as rdp_lib
-from tf_dp.analysis import rdp_without_replacement
 
 LedgerEvent = collections.namedtuple(
     "LedgerEvent", ["sampling", "selection_probability", "noise_multiplier",
@@ -146,45 +142,38 @@ def compute_rdp_from_ledger(ledger, orders=None):
   nothing cost nothing; a sample with a non-zero clip and zero noise makes
   the RDP infinite. A Poisson ledger whose records are microbatches is
   refused: Poisson sampling of examples does not sample microbatches.
+  Runs of identical samples are composed at once; above
+  ``event_accounting.RDP_MAX_DISTINCT_EVENTS`` distinct samples, noise
+  multipliers are rounded down to a fine grid (pessimistic).
   """
-  orders = np.asarray(rdp_lib.DEFAULT_ORDERS if orders is None else orders,
-                      dtype=float)
-  counts = collections.Counter()
-  for e in ledger_events(ledger):
-    if e.sampling == "poisson" and e.examples_per_record > 1:
-      raise ValueError(
-          "The ledger records Poisson sampling with microbatches as records; "
-          "use fixed-size batches (sampling='fixed_size') with microbatches.")
-    counts[(e.sampling, e.selection_probability, e.noise_multiplier)] += 1
-  total = np.zeros(len(orders))
-  poisson = []
-  for (sampling, q, z), n in counts.items():
-    if math.isinf(z) or q == 0:
-      continue
-    if z == 0:
-      return np.full(len(orders), np.inf)
-    if sampling == "poisson":
-      poisson.append((q, z, n))
-    else:
-      total += rdp_without_replacement.compute_rdp_sample_without_replacement(
-          q, z, n, orders)
-  if poisson:
-    total += rdp_lib.compute_heterogeneous_rdp(poisson, orders)
-  return total
+  return event_accounting.rdp_of_runs(ledger_event_runs(ledger), orders)
 
 
 def compute_epsilon_from_ledger(ledger, delta, orders=None,
-                                conversion_method="tight"):
-  """(epsilon, optimal_order) of everything recorded in ``ledger``."""
-  orders = rdp_lib.DEFAULT_ORDERS if orders is None else orders
-  rdp = compute_rdp_from_ledger(ledger, orders)
-  if np.all(np.isinf(rdp)):
-    return math.inf, math.nan
-  if not np.any(rdp):
-    return 0.0, math.nan  # Nothing private was released.
-  eps, _, order = conversion.get_privacy_spent(
-      orders, rdp, target_delta=delta, conversion=conversion_method)
-  return eps, order
+                                conversion_method=None, accountant=None):
+  """(epsilon, optimal_order) of everything recorded in ``ledger``.
+
+  Privacy contract: as ``compute_rdp_from_ledger``; the epsilon is an upper
+  bound at ``delta`` for the composition of all recorded samples.
+
+  Args:
+    ledger: A ``PrivacyLedger``, its ``to_dict()`` export or that as JSON.
+    delta: Target delta, in (0, 1).
+    orders: RDP only: Renyi orders (the package default if None).
+    conversion_method: RDP only: ``"tight"`` (default) or ``"classic"``.
+    accountant: ``"pld"`` (privacy loss distributions, the tightest) or
+      ``"rdp"``; None means ``"pld"`` unless ``orders`` or
+      ``conversion_method`` is given.
+
+  Returns:
+    ``(epsilon, optimal_order)``; the order is ``nan`` for PLD.
+
+  Example:
+    >>> eps, _ = compute_epsilon_from_ledger(optimizer.ledger, 1e-5)
+  """
+  return event_accounting.epsilon_of_runs(
+      ledger_event_runs(ledger), delta, orders=orders,
+      conversion_method=conversion_method, accountant=accountant)
 
 
 def to_dp_accounting_events(ledger):

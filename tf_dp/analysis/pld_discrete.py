@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 from scipy import fft as sp_fft
+from scipy import signal
 from scipy import special
 
 
@@ -114,43 +115,8 @@ class DiscretePld:
             tail_mass)
 
   def self_compose(self, count, tail_mass):
-    """``count`` independent copies: the count-th power of the spectrum.
-
-    The window ``[a, b]`` of the sum is chosen by Chernoff bounds on this
-    pmf's moment generating function, ``P(S >= b) <= M(t)^count e^{-t b}``
-    (and likewise below), each at most ``tail_mass``. The circular
-    convolution on that window holds the true mass of every in-window point
-    plus the aliased out-of-window mass (all >= 0), so adding the bounds on
-    the out-of-window mass to +inf keeps every delta an upper bound.
-    """
-    count = int(count)
-    if count == 0:
-      return DiscretePld.identity(self.h)
-    if count == 1 or len(self.pmf) == 1:
-      return self._power_by_squaring(count, tail_mass)
-    pmf = np.maximum(self.pmf, 0.0)
-    k = np.arange(len(pmf), dtype=float)
-    lo_k, hi_k = _chernoff_window(pmf, k, count, tail_mass)
-    if (hi_k - lo_k + 1) * 4 < len(pmf):  # Window too short to bother.
-      return self._power_by_squaring(count, tail_mass)
-    size = sp_fft.next_fast_len(hi_k - lo_k + 1, real=True)
-    spectrum = sp_fft.rfft(pmf, size)
-    circular = sp_fft.irfft(spectrum ** count, size)
-    window = np.maximum(np.roll(circular, -(lo_k % size)), 0.0)
-    out_of_window = 2.0 * tail_mass
-    finite = (1.0 - self.inf_mass) ** count
-    return DiscretePld(self.h, count * self.lo + lo_k, window,
-                       1.0 - finite + out_of_window).truncate(tail_mass)
-
-  def _power_by_squaring(self, count, tail_mass):
-    result, power = None, self
-    while count:
-      if count & 1:
-        result = power if result is None else result.compose(power, tail_mass)
-      count >>= 1
-      if count:
-        power = power.compose(power, tail_mass)
-    return result if result is not None else DiscretePld.identity(self.h)
+    """``count`` independent copies (see ``compose_all``)."""
+    return compose_all([(self, count)], tail_mass, self.h)
 
   def get_delta(self, epsilon):
     """delta(epsilon) of this PLD (exact for the discrete distribution)."""
@@ -160,29 +126,33 @@ class DiscretePld:
         self.pmf[above] * -np.expm1(epsilon - losses[above])))
 
   def get_epsilon(self, delta):
-    """Smallest epsilon >= 0 with delta(epsilon) <= ``delta``."""
+    """Smallest epsilon >= 0 with delta(epsilon) <= ``delta``.
+
+    With ``S1_j = sum_{k>j} pmf_k`` and the discounted tail
+    ``T_j = sum_{k>j} pmf_k e^{l_j - l_k}`` (a first-order recursion, no
+    overflow), ``delta(l_j) = inf_mass + S1_j - T_j``; between two grid
+    points delta is ``inf_mass + S1_{j-1} - e^{eps - l_{j-1}} T_{j-1}``,
+    solved for eps exactly.
+    """
     if self.inf_mass > delta:
       return math.inf
-    losses = self.losses
-    # Tail sums above each grid point: delta(l_j) = inf + S1_j - e^{l_j} S2_j.
-    s1 = np.cumsum(self.pmf[::-1])[::-1]
-    s2 = np.cumsum((self.pmf * np.exp(-losses))[::-1])[::-1]
-    s1 = np.append(s1[1:], 0.0)
-    s2 = np.append(s2[1:], 0.0)
-    d_at = self.inf_mass + s1 - np.exp(losses) * s2
-    j = int(np.argmax(d_at <= delta))  # d_at is non-increasing in j.
+    pmf, losses = self.pmf, self.losses
+    decay = math.exp(-self.h)
+    # tail[j] = sum_{k>=j} pmf_k decay^(k-j); T_j = decay * tail[j+1].
+    tail = signal.lfilter([1.0], [1.0, -decay], pmf[::-1])[::-1]
+    t = decay * np.append(tail[1:], 0.0)
+    s1 = np.append(np.cumsum(pmf[::-1])[::-1][1:], 0.0)
+    d_at = self.inf_mass + s1 - t
+    j = int(np.argmax(d_at <= delta))
     if d_at[j] > delta:
-      return math.inf  # Unreachable: the last point has delta = inf_mass.
-    if j == 0:
-      eps = losses[0] if d_at[0] <= delta else math.inf
-      # Below the first point delta(eps) = inf + S - e^eps S', S = total.
-      total, total_w = float(np.sum(self.pmf)), float(
-          np.sum(self.pmf * np.exp(-losses)))
-      if total_w > 0 and self.inf_mass + total - delta > 0:
-        eps = math.log((self.inf_mass + total - delta) / total_w)
-      return max(eps, 0.0)
-    # Between l_{j-1} and l_j: delta(eps) = inf + S1_{j-1} - e^eps S2_{j-1}.
-    eps = math.log((self.inf_mass + s1[j - 1] - delta) / s2[j - 1])
+      return math.inf  # Only if rounding left the last point above delta.
+    if j == 0:  # Below l_0: delta = inf + total - e^{eps - l_0} tail[0].
+      num, den, base = self.inf_mass + float(np.sum(pmf)) - delta, tail[0], (
+          losses[0])
+    else:
+      num, den, base = self.inf_mass + s1[j - 1] - delta, t[j - 1], (
+          losses[j - 1])
+    eps = base + math.log(num / den) if num > 0 and den > 0 else losses[j]
     return max(min(eps, losses[j]), 0.0)
 
 
@@ -195,52 +165,95 @@ def _convolve(a, b):
   return np.maximum(out, 0.0)
 
 
-def _chernoff_window(pmf, k, count, tail_mass):
-  """Grid indices [lo, hi] of the count-fold sum outside which the mass on
-  each side is at most ``tail_mass``.
+def _window(items, tail_mass):
+  """Grid indices [lo, hi] of the composition outside which at most
+  ``tail_mass`` of its mass lies on each side, and whether each side is
+  cut (False when the window reaches the end of the support).
 
-  Chernoff: ``P(S >= b) <= M(t)^count e^{-t b}`` for the pmf's moment
-  generating function M (grid units), minimised over a grid of t; the
-  window only has to be valid, not optimal (a wider one costs time only).
+  Chernoff: ``mass(S - mean >= b) <= total M(t) e^{-t b}`` with
+  ``log M(t) = sum_e count_e log E_e[e^{t (x - mean_e)}]`` (independent
+  steps), minimised over a grid of t; the window only has to be valid,
+  not optimal (a wider one costs time only).
   """
-  keep = pmf > 0
-  p, x = pmf[keep], k[keep]
-  total = float(np.sum(p))
-  mean = float(np.sum(p * x)) / total
-  spread = math.sqrt(max(float(np.sum(p * (x - mean) ** 2)) / total, 1e-12))
-  log_tail = math.log(tail_mass) - count * math.log(total)
-  ts = np.logspace(-2, 1.5, 24) / (spread * math.sqrt(count))
-  dx = x - mean
-  upper, lower = math.inf, math.inf
-  for t in ts:
-    for sign in (1.0, -1.0):
-      e = sign * t * dx
-      peak = float(np.max(e))
-      log_mgf = peak + math.log(float(np.sum(p * np.exp(e - peak))) / total)
-      bound = (count * log_mgf - log_tail) / t  # deviation from the mean
-      if sign > 0:
-        upper = min(upper, bound)
-      else:
-        lower = min(lower, bound)
-  hi = int(math.ceil(min(count * mean + upper, count * float(x[-1]))))
-  lo = int(math.floor(max(count * mean - lower, count * float(x[0]))))
-  return lo, hi
+  stats, mean, var, log_total = [], 0.0, 0.0, 0.0
+  support_lo = support_hi = 0
+  for pld, count in items:
+    p = np.maximum(pld.pmf, 0.0)
+    total = float(np.sum(p))
+    x = np.arange(len(p), dtype=float)
+    m = float(np.sum(p * x)) / total
+    stats.append((p / total, x - m, count))
+    mean += count * (pld.lo + m)
+    var += count * float(np.sum(p * (x - m) ** 2)) / total
+    log_total += count * math.log(total)
+    support_lo += count * pld.lo
+    support_hi += count * (pld.lo + len(p) - 1)
+  if var <= 0 or support_hi - support_lo < 64:
+    return support_lo, support_hi, False, False
+  ts = np.logspace(-0.5, 1.5, 8) / math.sqrt(var)
+  log_mgf = np.zeros((2, len(ts)))
+  for p, dx, count in stats:
+    for side, sign in enumerate((1.0, -1.0)):
+      for j, t in enumerate(ts):
+        e = sign * t * dx
+        peak = float(np.max(e))
+        log_mgf[side, j] += count * (
+            peak + math.log(float(np.sum(p * np.exp(e - peak)))))
+  dev = np.min((log_total + log_mgf - math.log(tail_mass)) / ts, axis=1)
+  hi = int(math.ceil(mean + dev[0]))
+  lo = int(math.floor(mean - dev[1]))
+  return (max(lo, support_lo), min(hi, support_hi), lo > support_lo,
+          hi < support_hi)
 
 
-def compose_all(plds, tail_mass, h):
-  """Composes ``(pld, count)`` pairs: powers first, then smallest-first."""
-  heap = []
-  for i, (pld, count) in enumerate(plds):
+def _power(z, count):
+  """``z ** count`` for a complex array by repeated squaring (numpy's
+  complex power goes through log and exp and is several times slower)."""
+  result = None
+  while count:
+    if count & 1:
+      result = z if result is None else result * z
+    count >>= 1
     if count:
-      power = pld.self_compose(count, tail_mass)
-      heapq.heappush(heap, (len(power.pmf), i, power))
-  if not heap:
+      z = z * z
+  return result
+
+
+def _folded(pmf, size):
+  """``pmf`` wrapped onto ``size`` points (for a circular convolution)."""
+  if len(pmf) <= size:
+    return pmf
+  padded = np.zeros(-(-len(pmf) // size) * size)
+  padded[:len(pmf)] = pmf
+  return padded.reshape(-1, size).sum(axis=0)
+
+
+def compose_all(items, tail_mass, h):
+  """Composes ``(pld, count)`` pairs with one product of spectra.
+
+  The window ``[lo, hi]`` of the composed losses is chosen by Chernoff
+  bounds (``_window``) so that at most ``tail_mass`` lies beyond each end.
+  The circular convolution on that window holds the true mass of every
+  in-window point plus the aliased out-of-window mass (all >= 0), so
+  adding the bounds on the out-of-window mass to +inf keeps every delta an
+  upper bound. Repetitions are powers of the spectrum (exact).
+  """
+  items = [(pld, int(count)) for pld, count in items if count]
+  if not items:
     return DiscretePld.identity(h)
-  tie = len(plds)
-  while len(heap) > 1:
-    _, _, a = heapq.heappop(heap)
-    _, _, b = heapq.heappop(heap)
-    c = a.compose(b, tail_mass)
-    heapq.heappush(heap, (len(c.pmf), tie, c))
-    tie += 1
-  return heap[0][2]
+  if any(pld.h != h for pld, _ in items):
+    raise ValueError("All PLDs must share the grid spacing h.")
+  lo, hi, cut_lo, cut_hi = _window(items, tail_mass)
+  size = sp_fft.next_fast_len(hi - lo + 1, real=True)
+  spectrum, offset, finite = None, 0, 1.0
+  for pld, count in items:
+    s = sp_fft.rfft(_folded(np.maximum(pld.pmf, 0.0), size), size)
+    s = _power(s, count)
+    spectrum = s if spectrum is None else spectrum * s
+    offset += count * pld.lo
+    finite *= (1.0 - pld.inf_mass) ** count
+  circular = sp_fft.irfft(spectrum, size)
+  window = np.maximum(np.roll(circular, -((lo - offset) % size)), 0.0)
+  out_of_window = tail_mass * (int(cut_lo) + int(cut_hi))
+  return DiscretePld(h, lo, window, 1.0 - finite + out_of_window).truncate(
+      tail_mass)

@@ -1,0 +1,99 @@
+"""Epsilon of a sequence of recorded events, by PLD or RDP accounting.
+
+The ledger functions (``compute_epsilon_from_ledger``) and the budget
+planner read a ledger as runs of plain events, ``(event, count)`` with
+``event`` having ``sampling``, ``selection_probability``,
+``noise_multiplier`` and ``examples_per_record`` (``ledger.LedgerEvent``),
+and account them here, so that both report the same number.
+
+Privacy contract: ``"poisson"`` samples are accounted as the
+Poisson-subsampled Gaussian (add/remove one record, sensitivity C);
+``"fixed_size"`` (and ``"shuffled"``, by the conventional approximation)
+samples as sampling without replacement (replace one record, sensitivity
+2C). Samples that released nothing (q = 0 or an infinite noise multiplier)
+cost nothing; a sample with zero noise makes epsilon infinite. A Poisson
+sample whose records are microbatches is refused: Poisson sampling of
+examples does not sample microbatches.
+"""
+
+import collections
+import math
+
+import numpy as np
+
+from tf_dp.analysis import conversion
+from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis import pld as pld_lib
+from tf_dp.analysis import rdp as rdp_lib
+from tf_dp.analysis import rdp_without_replacement
+
+# Above this many distinct (sampling, q, sigma) events the RDP path merges
+# them into pessimistic classes (``pld.coarsen_events``): 0.13% grid for
+# noise multipliers spread over [0.8, 3].
+RDP_MAX_DISTINCT_EVENTS = 1024
+
+
+def gaussian_event_counts(runs):
+  """``Counter`` of ``pld.GaussianEvent`` -> steps (no-ops dropped)."""
+  counts = collections.Counter()
+  for e, count in runs:
+    if e.sampling == "poisson" and e.examples_per_record > 1:
+      raise ValueError(
+          "The ledger records Poisson sampling with microbatches as records; "
+          "use fixed-size batches (sampling='fixed_size') with microbatches.")
+    sampling = "poisson" if e.sampling == "poisson" else "without_replacement"
+    event = pld_lib.GaussianEvent(sampling, e.selection_probability,
+                                  e.noise_multiplier)
+    if count and not event.is_noop:
+      counts[event] += count
+  return counts
+
+
+def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
+  """RDP (per order) of ``(event, count)`` runs."""
+  orders = np.asarray(rdp_lib.DEFAULT_ORDERS if orders is None else orders,
+                      dtype=float)
+  counts = pld_lib.coarsen_events(gaussian_event_counts(runs),
+                                  max_distinct_events)
+  total = np.zeros(len(orders))
+  poisson = []
+  for e, n in counts.items():
+    q, z = e.sampling_probability, e.noise_multiplier
+    if z == 0:
+      return np.full(len(orders), np.inf)
+    if e.sampling == "poisson":
+      poisson.append((q, z, n))
+    else:
+      total += rdp_without_replacement.compute_rdp_sample_without_replacement(
+          q, z, n, orders)
+  if poisson:
+    total += rdp_lib.compute_heterogeneous_rdp(poisson, orders)
+  return total
+
+
+def epsilon_of_runs(runs, delta, orders=None, conversion_method=None,
+                    accountant=None):
+  """``(epsilon, optimal_order)`` of ``(event, count)`` runs.
+
+  ``accountant`` is ``"pld"``, ``"rdp"`` or None (``"pld"`` unless
+  ``orders`` or ``conversion_method`` is given); the order is ``nan`` for
+  PLD and when nothing private was released.
+  """
+  accountant = privacy_lib.resolve_accountant(
+      accountant, orders=orders, conversion_method=conversion_method)
+  runs = list(runs)
+  if accountant == "pld":
+    acc = pld_lib.PLDAccountant()
+    for event, count in gaussian_event_counts(runs).items():
+      acc.compose(event, count)
+    return acc.get_epsilon(delta), math.nan
+  orders = rdp_lib.DEFAULT_ORDERS if orders is None else orders
+  rdp = rdp_of_runs(runs, orders)
+  if np.all(np.isinf(rdp)):
+    return math.inf, math.nan
+  if not np.any(rdp):
+    return 0.0, math.nan  # Nothing private was released.
+  eps, _, order = conversion.get_privacy_spent(
+      orders, rdp, target_delta=delta,
+      conversion=conversion_method or "tight")
+  return eps, order

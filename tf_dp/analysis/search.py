@@ -1,0 +1,66 @@
+"""The one search behind calibration and budget planning.
+
+Every question of the form "the largest number of steps / batch size, or
+the smallest noise multiplier, that keeps epsilon within a target" is the
+boundary of a monotone predicate. ``monotone_boundary`` finds it by
+doubling the distance from a known point (so it needs no upper bound) and
+then bisecting; ``calibration`` and ``budget`` all call it.
+"""
+
+import math
+import numbers
+
+
+def check_tolerance(name, value):
+  """Checks a relative tolerance: a finite real in (0, 1)."""
+  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+      or math.isnan(value) or not 0 < value < 1):
+    raise ValueError(f"{name} must be a real number in (0, 1); got {value!r}.")
+  return float(value)
+
+
+def monotone_boundary(predicate, start, limit, integer=True, tolerance=None):
+  """Brackets the point where a monotone predicate turns from True to False.
+
+  ``predicate`` must be True at ``start`` (not evaluated there) and, once
+  False, False for every larger argument. Points ``start + 1, start + 2,
+  start + 4, ...`` are probed until the predicate is False or ``limit`` is
+  passed, then the bracket is bisected.
+
+  Args:
+    predicate: Function of one number returning a bool.
+    start: A point where the predicate holds.
+    limit: The largest point ever probed.
+    integer: Search over integers (else over reals).
+    tolerance: For reals, stop when ``hi - lo <= tolerance * hi`` (or
+      1e-12).
+
+  Returns:
+    ``(lo, hi)``: the predicate holds at ``lo`` and fails at ``hi``; for
+    integers ``hi = lo + 1``. ``hi`` is None when the predicate still
+    holds at ``limit`` (then ``lo = limit``).
+
+  Raises:
+    ValueError: if a real-valued search has no valid ``tolerance``.
+  """
+  if not integer:
+    tolerance = check_tolerance("tolerance", tolerance)
+  lo, gap = start, 1
+  while True:
+    probe = min(start + gap, limit)
+    if probe <= lo:
+      return lo, None
+    if not predicate(probe):
+      hi = probe
+      break
+    lo = probe
+    if probe >= limit:
+      return lo, None
+    gap *= 2
+  while (hi - lo > 1) if integer else (hi - lo > max(tolerance * hi, 1e-12)):
+    mid = (lo + hi) // 2 if integer else (lo + hi) / 2
+    if predicate(mid):
+      lo = mid
+    else:
+      hi = mid
+  return lo, hi
