@@ -1,0 +1,273 @@
+"""Validation of the PLD accountant (tf_dp.analysis.pld).
+
+Oracles: dp_accounting 0.6.0's PLD accountant (Poisson sampling; same
+connect-the-dots discretisation), its optimistic PLD (a lower estimate of
+the true epsilon), the analytic Gaussian mechanism (Balle & Wang 2018), the
+RDP accountant (an upper bound that PLD must not exceed) and the published
+figures of the accounting issue.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy import special
+
+from tf_dp import analysis
+from tf_dp.analysis import pld
+from tf_dp.analysis import pld_discrete
+from tf_dp.analysis import pld_gaussian
+
+DELTA = 1e-5
+Q_MNIST = 256 / 60000
+# (noise multiplier, steps): scripts/main.sh; TF Privacy README MNIST at 60
+# epochs (ceil(60 * 60000 / 256) steps) with sigma 1.1 and 2.178.
+RUNS = [(1.3, 702), (1.1, 14063), (2.178, 14063)]
+# The figures quoted in the issue, computed with dp_accounting's PLD at a
+# grid of 1e-3 (that grid reproduces them to the last digit, below).
+PUBLISHED = {(1.3, 702): 0.377, (1.1, 14063): 2.39, (2.178, 14063): 0.93}
+
+
+def ours(q, sigma, steps, sampling="poisson", h=None, delta=DELTA):
+  return pld.dp_sgd_pld_epsilon(q, sigma, steps, delta, sampling, h)
+
+
+def rdp_epsilon(q, sigma, steps, sampling="poisson"):
+  rdp = analysis.dp_sgd_privacy.dp_sgd_rdp(q, sigma, steps,
+                                           analysis.DEFAULT_ORDERS, sampling)
+  return analysis.get_privacy_spent(analysis.DEFAULT_ORDERS, rdp,
+                                    target_delta=DELTA)[0]
+
+
+def analytic_gaussian_delta(eps, sigma):
+  """Balle & Wang (2018), Thm. 8: delta(eps) of N(1, s^2) vs N(0, s^2)."""
+  return (special.ndtr(-eps * sigma + 0.5 / sigma)
+          - math.exp(eps) * special.ndtr(-eps * sigma - 0.5 / sigma))
+
+
+def analytic_gaussian_epsilon(sigma, delta):
+  return optimize.brentq(lambda e: analytic_gaussian_delta(e, sigma) - delta,
+                         0.0, 500.0, xtol=1e-14)
+
+
+@pytest.mark.parametrize("sigma,steps", RUNS)
+def test_matches_dp_accounting_pld(sigma, steps):
+  dp_accounting = pytest.importorskip("dp_accounting")
+  acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+  acc.compose(dp_accounting.PoissonSampledDpEvent(
+      Q_MNIST, dp_accounting.GaussianDpEvent(sigma)), steps)
+  # Same discretisation and grid: only truncation and FFT windows differ,
+  # so far below the 1% asked for.
+  assert ours(Q_MNIST, sigma, steps) == pytest.approx(acc.get_epsilon(DELTA),
+                                                     rel=1e-4)
+
+
+def midpoint_estimate(q, sigma, steps, h):
+  """A non-pessimistic fine-grid estimate of the true epsilon.
+
+  Each direction's loss mass P(L in [l - h/2, l + h/2)) is put at l (from
+  the closed-form CDF of the loss), composed, and read off; its error is
+  second order in h, of either sign.
+  """
+  def cdf(x, direction):
+    x = np.asarray(x, dtype=float)
+    out = np.zeros_like(x) if direction == "remove" else np.ones_like(x)
+    if direction == "remove":
+      ok = np.expm1(x) + q > 0
+      o = sigma ** 2 * np.log((np.expm1(x[ok]) + q) / q) + 0.5
+      out[ok] = ((1 - q) * special.ndtr(o / sigma)
+                 + q * special.ndtr((o - 1) / sigma))
+    else:
+      ok = np.expm1(-x) + q > 0
+      o = sigma ** 2 * np.log((np.expm1(-x[ok]) + q) / q) + 0.5
+      out[ok] = special.ndtr(-o / sigma)
+    return out
+
+  eps = []
+  for direction in ("remove", "add"):
+    lo, hi = pld_gaussian.loss_range(direction, q, sigma, 1.0, 1e-16)
+    k = np.arange(math.floor(lo / h) - 1, math.ceil(hi / h) + 2)
+    mass = np.diff(cdf((np.append(k, k[-1] + 1) - 0.5) * h, direction))
+    single = pld_discrete.DiscretePld(h, k[0], np.maximum(mass, 0), 0.0)
+    eps.append(single.self_compose(steps, 1e-16).get_epsilon(DELTA))
+  return max(eps)
+
+
+@pytest.mark.parametrize("sigma,steps", RUNS)
+def test_at_least_a_fine_grid_estimate(sigma, steps):
+  """The pessimistic bound is above a 5x finer midpoint estimate, and close."""
+  estimate = midpoint_estimate(Q_MNIST, sigma, steps, 2e-5)
+  bound = ours(Q_MNIST, sigma, steps)
+  assert estimate <= bound <= estimate * 1.005  # grid 1e-4: < 0.5% slack
+
+
+@pytest.mark.parametrize("sigma,steps", RUNS)
+def test_published_numbers_and_tighter_than_rdp(sigma, steps):
+  published = PUBLISHED[(sigma, steps)]
+  coarse = ours(Q_MNIST, sigma, steps, h=1e-3)
+  assert round(coarse, 3 if published < 0.5 else 2) == published
+  fine = ours(Q_MNIST, sigma, steps)
+  assert fine <= coarse  # both upper bounds; the finer grid is tighter
+  assert fine == pytest.approx(published, rel=0.02)
+  assert fine < rdp_epsilon(Q_MNIST, sigma, steps)
+
+
+@pytest.mark.parametrize("sigma,steps", [(0.8, 1), (2.0, 1), (2.0, 100),
+                                         (5.0, 1000)])
+def test_gaussian_closed_form(sigma, steps):
+  """q = 1: k Gaussian steps are one Gaussian with sigma / sqrt(k)."""
+  exact = analytic_gaussian_epsilon(sigma / math.sqrt(steps), DELTA)
+  for sampling, z in (("poisson", sigma), ("without_replacement", 2 * sigma)):
+    eps = ours(1.0, z, steps, sampling)
+    assert exact <= eps <= exact * (1 + 1e-3) + 1e-4
+
+
+def test_gaussian_delta_is_pessimistic_everywhere():
+  acc = pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 1.0, 3.0), 9)
+  for eps in (0.0, 0.1, 0.5, 1.0, 2.0, 4.0):
+    exact = analytic_gaussian_delta(eps, 1.0)
+    assert exact <= acc.get_delta(eps) <= exact * 1.01 + 1e-12
+
+
+@pytest.mark.parametrize("q,sigma,steps", [(0.25, 2.0, 1), (0.25, 2.0, 12),
+                                           (0.01, 1.0, 1000),
+                                           (Q_MNIST, 2.2, 14063)])
+def test_fixed_size_tighter_than_rdp(q, sigma, steps):
+  eps = ours(q, sigma, steps, "without_replacement")
+  assert 0 < eps < rdp_epsilon(q, sigma, steps, "without_replacement")
+
+
+def test_fixed_size_single_step_closed_form():
+  """One step: epsilon solves q H(N(2)||N(0)) = delta in closed form."""
+  q, sigma = 0.1, 1.5
+  profile = pld_gaussian.privacy_profile("symmetric", q, sigma, 2.0)
+  exact = optimize.brentq(lambda e: profile(np.array([e]))[0] - DELTA, 0, 50,
+                          xtol=1e-14)
+  eps = ours(q, sigma, 1, "without_replacement")
+  assert exact <= eps <= exact + 2e-4
+
+
+def test_fixed_size_profile_is_amplified_gaussian():
+  """Balle et al. (2018) Thm. 10 identity the symmetric pair is built on."""
+  q, sigma = 0.2, 1.0
+  profile = pld_gaussian.privacy_profile("symmetric", q, sigma, 2.0)
+  for eps in (0.5, 1.0, 3.0):
+    base = analytic_gaussian_delta(eps, sigma / 2)  # sensitivity 2
+    amplified = math.log1p(q * math.expm1(eps))
+    assert profile(np.array([amplified]))[0] == pytest.approx(q * base,
+                                                              rel=1e-9)
+
+
+def test_fixed_size_composition_matches_dp_accounting_composition():
+  """Our FFT composition of the single-step PLD against dp_accounting's."""
+  dp_accounting = pytest.importorskip("dp_accounting")
+  single = pld.single_event_pld("symmetric", 0.05, 1.2, 2.0, 1e-4, 1e-15)
+  pmf = {int(single.lo + k): float(m) for k, m in enumerate(single.pmf)
+         if m > 0}
+  theirs = dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+  theirs = theirs.create_from_rounded_probability(
+      pmf, single.inf_mass, 1e-4).self_compose(50)
+  assert ours(0.05, 1.2, 50, "without_replacement") == pytest.approx(
+      theirs.get_epsilon_for_delta(DELTA), rel=1e-6)
+
+
+def test_heterogeneous_matches_dp_accounting():
+  dp_accounting = pytest.importorskip("dp_accounting")
+  events = [(0.01, 1.0, 300), (0.02, 1.5, 200), (0.005, 0.9, 500)]
+  acc = pld.PLDAccountant()
+  theirs = dp_accounting.pld.PLDAccountant()
+  for q, sigma, count in events:
+    acc.compose(pld.GaussianEvent("poisson", q, sigma), count)
+    theirs.compose(dp_accounting.PoissonSampledDpEvent(
+        q, dp_accounting.GaussianDpEvent(sigma)), count)
+  assert acc.get_epsilon(DELTA) == pytest.approx(theirs.get_epsilon(DELTA),
+                                                 rel=1e-4)
+  assert acc.get_delta(1.0) == pytest.approx(theirs.get_delta(1.0), rel=1e-3)
+
+
+def test_repeated_composition_equals_one_by_one():
+  """count identical steps at once (spectrum power) = 13 convolutions."""
+  single = pld.single_event_pld("remove", 0.05, 1.0, 1.0, 1e-4, 1e-15)
+  composed = single
+  for _ in range(12):
+    composed = composed.compose(single, 1e-15)
+  at_once = single.self_compose(13, 1e-15)
+  for eps in (0.1, 0.5, 1.0):
+    assert at_once.get_delta(eps) == pytest.approx(composed.get_delta(eps),
+                                                   rel=1e-9)
+
+
+def test_monotone_in_steps_sampling_rate_and_noise():
+  base = ours(0.01, 1.0, 100)
+  assert ours(0.01, 1.0, 101) > base
+  assert ours(0.011, 1.0, 100) > base
+  assert ours(0.01, 1.01, 100) < base
+  acc = pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 0.01, 1.0),
+                                    100)
+  deltas = [acc.get_delta(e) for e in np.linspace(0, 3, 13)]
+  assert all(a > b for a, b in zip(deltas, deltas[1:]))
+  eps = acc.get_epsilon(1e-6)
+  assert acc.get_delta(eps) <= 1e-6 * (1 + 1e-9)
+  assert acc.get_delta(eps * 0.99) > 1e-6
+
+
+def test_infinite_loss_mass():
+  """Mass at +inf: delta never below it, epsilon infinite below it."""
+  d = pld_discrete.DiscretePld(0.1, -2, np.array([0.2, 0.3, 0.499]), 1e-3)
+  assert d.get_epsilon(1e-4) == math.inf
+  assert math.isfinite(d.get_epsilon(2e-3))
+  assert d.get_delta(100.0) == pytest.approx(1e-3)
+  both = d.compose(d, 0.0)
+  assert both.inf_mass == pytest.approx(1 - (1 - 1e-3) ** 2)
+  assert both.get_delta(100.0) == pytest.approx(1 - (1 - 1e-3) ** 2)
+
+
+def test_no_noise_is_infinite_and_nothing_released_is_free():
+  acc = pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 0.1, 0.0))
+  assert acc.get_epsilon(DELTA) == math.inf and acc.get_delta(5.0) == 1.0
+  free = pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 0.0, 1.0))
+  free.compose(pld.GaussianEvent("poisson", 0.5, math.inf), 10)
+  assert free.get_epsilon(DELTA) == 0.0
+
+
+def test_many_distinct_events_are_merged_pessimistically():
+  rng = np.random.default_rng(0)
+  sigmas = rng.uniform(1.0, 2.0, 300)
+  exact = pld.PLDAccountant(max_distinct_events=None)
+  merged = pld.PLDAccountant(max_distinct_events=32)
+  for s in sigmas:
+    exact.compose(pld.GaussianEvent("poisson", 0.01, float(s)))
+    merged.compose(pld.GaussianEvent("poisson", 0.01, float(s)))
+  classes = pld.coarsen_events(merged._counts, 32)  # pylint: disable=protected-access
+  assert len(classes) <= 33
+  assert all(e.noise_multiplier <= 2.0 for e in classes)
+  # Every sigma moves down by at most one grid step, log(2) / 32.
+  worst = pld.PLDAccountant(max_distinct_events=None)
+  for s in sigmas:
+    worst.compose(pld.GaussianEvent("poisson", 0.01,
+                                    float(s) * math.exp(-math.log(2) / 32)))
+  eps, coarse = exact.get_epsilon(DELTA), merged.get_epsilon(DELTA)
+  assert eps < coarse <= worst.get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(sampling="shuffle", sampling_probability=0.1,
+          noise_multiplier=1.0), "sampling"),
+    (dict(sampling="poisson", sampling_probability=1.5,
+          noise_multiplier=1.0), "sampling_probability"),
+    (dict(sampling="poisson", sampling_probability=0.1,
+          noise_multiplier=-1.0), "noise_multiplier"),
+])
+def test_invalid_events(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    pld.GaussianEvent(**kwargs)
+
+
+def test_invalid_accountant_arguments():
+  with pytest.raises(ValueError, match="value_discretization_interval"):
+    pld.PLDAccountant(value_discretization_interval=0.0)
+  with pytest.raises(ValueError, match="delta"):
+    pld.PLDAccountant().get_epsilon(0.0)
+  with pytest.raises(ValueError, match="count"):
+    pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 0.1, 1.0), -1)
