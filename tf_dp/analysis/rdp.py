@@ -261,6 +261,8 @@ def compute_rdp(q, noise_multiplier, steps, orders=None):
       "noise_multiplier", noise_multiplier)
   steps = _validation.check_steps("steps", steps)
   orders = _orders_array(orders)
+  if steps == 0:  # Nothing released (and no inf * 0 at order inf).
+    return np.zeros(len(orders))
   return _rdp_per_step(q, np.array([noise_multiplier]), orders)[0] * steps
 
 
