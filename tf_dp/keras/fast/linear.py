@@ -38,9 +38,19 @@ def per_record(t, records):
 
 
 def mask(t, keep):
-  """Zeros the rows (leading axis) of ``t`` where ``keep`` is false."""
-  shape = tf.concat([tf.shape(keep), tf.ones([tf.rank(t) - 1], tf.int32)], 0)
-  return tf.where(tf.reshape(keep, shape), t, tf.zeros_like(t))
+  """Zeros the rows (leading axis) of ``t`` where ``keep`` is false.
+
+  Nearly every batch keeps every record: the select over the whole tensor
+  then runs only when some record is dropped.
+  """
+  t = tf.convert_to_tensor(t)
+
+  def masked():
+    shape = tf.concat([tf.shape(keep), tf.ones([tf.rank(t) - 1], tf.int32)],
+                      0)
+    return tf.where(tf.reshape(keep, shape), t, tf.zeros_like(t))
+
+  return tf.cond(tf.reduce_all(keep), lambda: tf.identity(t), masked)
 
 
 def per_example(t, records, per_record_values):
@@ -82,7 +92,10 @@ def use_ghost(a, g):
 def kernel_sq_norms(a, g, records):
   """``[R]`` squared Frobenius norms of ``sum_groups A^T G`` per record."""
   a = tf.cast(a, g.dtype)
-  if use_ghost(a, g):
+  if a.shape[1] == 1:  # One position: ||a^T g||^2 = ||a||^2 ||g||^2.
+    per_group = (tf.reduce_sum(tf.square(a), [1, 2])
+                 * tf.reduce_sum(tf.square(g), [1, 2]))
+  elif use_ghost(a, g):
     aa = tf.matmul(a, a, transpose_b=True)
     gg = tf.matmul(g, g, transpose_b=True)
     per_group = tf.reduce_sum(aa * gg, axis=[1, 2])
