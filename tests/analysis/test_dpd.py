@@ -39,19 +39,44 @@ def test_zcdp_hand_value_and_inverse():
       pytest.approx(sigma, rel=1e-8))
 
 
-def test_zcdp_as_published_is_not_the_papers_3_23():
-  # Documented: with this (natural) delta split the paper's zCDP composition
-  # over E = 200 passes gives 2.98, not the reported 3.23.
-  with pytest.warns(UserWarning):
+def test_zcdp_as_published_reproduces_the_papers_3_23():
+  # MNIST: J = E = 200 passes, delta_iter = delta / T (T = 20000) and the
+  # paper's approximate rho = eps^2 / (4 log(1/delta)): sigma = 3.228.
+  with pytest.warns(UserWarning, match="does not hold"):
     sigma = analysis.dpd_noise_multiplier(0.5, 1e-4, 0.01, 20000, "zcdp",
                                           as_published=True)
-  assert sigma == pytest.approx(2.979, abs=0.01)
+  assert round(sigma, 2) == 3.23
+  assert sigma == pytest.approx(3.2279, abs=1e-4)
+
+
+def test_zcdp_as_published_hand_value_and_exact_conversion():
+  # The same recipe by hand; with Prop. 1.3's exact conversion (the rho
+  # term kept) the noise for eps = 0.5 would be 3.248, not 3.23.
+  sigma, nu, passes, iters, delta = 3.2476, 0.01, 200, 20000, 1e-4
+  d_iter = delta / iters
+  e1 = math.log1p(nu * math.expm1(math.sqrt(2 * math.log(1.25 / d_iter))
+                                  / sigma))
+  rho = passes * e1 ** 2 / (4 * math.log(1.25 / (nu * d_iter)))
+  with pytest.warns(UserWarning):
+    eps = analysis.dpd_epsilon(sigma, delta, nu, iters, "zcdp",
+                               as_published=True)
+  assert eps == pytest.approx(2 * math.sqrt(rho * math.log(1 / delta)),
+                              rel=1e-12)
+  assert rho + 2 * math.sqrt(rho * math.log(1 / delta)) == pytest.approx(
+      0.5, abs=1e-4)
+
+
+def test_nothing_sampled_or_infinite_noise_costs_nothing():
+  assert analysis.dpd_epsilon(1.0, 1e-4, 0.0, 100, "zcdp") == 0.0
+  assert analysis.dpd_epsilon(math.inf, 1e-4, 0.01, 100, "ac") == 0.0
 
 
 def test_published_sigma_does_not_deliver_the_claimed_epsilon():
   # sigma = 3.23 over the T = 20000 iterations performed: the RDP accountant
   # (Poisson sampling, sensitivity 2C, noise 2C sigma) gives ~1.67, not 0.5.
-  eps, _ = analysis.compute_dp_sgd_privacy(60000, 600, 3.23, 200, 1e-4)
+  # (PLD, the tighter accountant, gives ~1.51: still 3x the claim.)
+  eps, _ = analysis.compute_dp_sgd_privacy(60000, 600, 3.23, 200, 1e-4,
+                                           accountant="rdp")
   assert eps == pytest.approx(1.67, abs=0.01)
   assert analysis.dpd_epsilon(3.23, 1e-4, 0.01, 20000, "zcdp") > 0.5
 
