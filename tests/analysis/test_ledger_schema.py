@@ -116,7 +116,7 @@ def test_buffer_runs_match_a_per_sample_reading():
     (entry(n=0), r"samples\[1\]\.population_size must be an integer >= 1"),
     (entry(n=1.5), r"population_size.*got 1\.5"),
     (entry(n=True), r"population_size.*got True"),
-    (entry(q=1.5), r"selection_probability must be a real number in \[0, 1\]"),
+    (entry(q=1.5), r"selection_probability must be a probability in \[0, 1\]"),
     (entry(q=math.nan), r"selection_probability.*got nan"),
     (entry(q="0.1"), r"selection_probability.*got '0\.1'"),
     (entry(per_record=0), r"examples_per_record must be an integer >= 1"),
@@ -164,8 +164,9 @@ def test_encode_refuses_unknown_format():
 
 def test_privacy_ledger_writes_version_2_and_reads_both():
   tf = pytest.importorskip("tensorflow")
-  from tf_dp.dp_query import events  # pylint: disable=g-import-not-at-top
-  from tf_dp.privacy_ledger import PrivacyLedger  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query import events
+  from tf_dp.privacy_ledger import PrivacyLedger
   ledger = PrivacyLedger(1000, 0.05, sampling="fixed_size", max_samples=10)
   for stddev in (2.0, 2.0, 2.0, 3.0):
     ledger.record_sample([events.SumQueryEvent(tf.constant(1.0),

@@ -74,8 +74,9 @@ def test_pearson_vajda_moments_match_exact_forward_differences(mu):
   # X_m = sum_k C(m,k) (-1)^(m-k) e^{k(k-1) mu}, in 400-digit arithmetic
   # (the float64 sum cancels); tolerance 1e-11 relative.
   mpmath = pytest.importorskip("mpmath")
+  # pylint: disable=protected-access
   log_chi = rdp_without_replacement._log_chi_moments(
-      mu, rdp_without_replacement._MAX_TIGHT_MOMENT)  # pylint: disable=protected-access
+      mu, rdp_without_replacement._MAX_TIGHT_MOMENT)
   with mpmath.workdps(400):
     for m in (2, 4, 10, 50, 100, 256):
       exact = mpmath.fsum(mpmath.binomial(m, k) * (-1) ** (m - k)

@@ -11,10 +11,10 @@ Two conversions are offered:
   al. 2016's 1.26, the TF Privacy README's 2.92) use this one.
 
 Both are valid upper bounds on epsilon; the minimum over the given orders is
-returned. An RDP of exactly 0 at some order (nothing released, e.g. infinite
-noise or no steps) means identical output distributions and gives
-epsilon = 0 and delta = 0. When that minimum sits at the smallest or largest order a warning
-is issued, since a wider order list may give a smaller epsilon.
+returned. When that minimum sits at the smallest or largest order a warning
+is issued, since a wider order list may give a smaller epsilon. An RDP of
+exactly 0 at some order (nothing released, e.g. infinite noise or no steps)
+means identical output distributions and gives epsilon = 0 and delta = 0.
 """
 
 import math

@@ -39,6 +39,8 @@ import numbers
 
 import numpy as np
 
+from tf_dp.analysis import _validation
+
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
 FORMAT_V2 = "tf_dp.privacy_ledger/2"
 CURRENT_FORMAT = FORMAT_V2
@@ -61,26 +63,17 @@ Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
 Run = collections.namedtuple("Run", ["sample", "count"])
 
 
-def _is_int(value):
-  if isinstance(value, bool):
-    return False
-  if isinstance(value, numbers.Integral):
-    return True
-  return isinstance(value, float) and value.is_integer()
-
-
 def _int_at_least(where, value, low):
-  if not _is_int(value) or value < low:
-    raise ValueError(f"{where} must be an integer >= {low}; got {value!r}.")
-  return int(value)
+  """An integer >= low (0 or 1); JSON-integral floats such as 6e4 pass."""
+  if isinstance(value, float) and value.is_integer():
+    value = int(value)
+  check = (_validation.check_positive_int if low == 1
+           else _validation.check_steps)
+  return check(where, value)
 
 
 def _real(where, value, low, high):
-  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-      or math.isnan(value) or not low <= value <= high):
-    raise ValueError(f"{where} must be a real number in [{low}, {high}]; "
-                     f"got {value!r}.")
-  return float(value)
+  return _validation.check_real(where, value, low=low, high=high)
 
 
 def sampling_code(kind):
@@ -138,8 +131,8 @@ def check_sample(raw, where, extra_keys=()):
     raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
   return Sample(
       _int_at_least(f"{where}.population_size", raw["population_size"], 1),
-      _real(f"{where}.selection_probability", raw["selection_probability"],
-            0, 1),
+      _validation.check_probability(f"{where}.selection_probability",
+                                    raw["selection_probability"]),
       raw["sampling"],
       _int_at_least(f"{where}.examples_per_record",
                     raw.get("examples_per_record", 1), 1),
@@ -174,7 +167,7 @@ def _runs_from_v1_entries(entries):
   (a fast dict comparison) is not validated again."""
   runs, previous = [], None
   for i, raw in enumerate(entries):
-    if runs and raw == previous and type(raw) is dict:  # pylint: disable=unidiomatic-typecheck
+    if runs and isinstance(raw, dict) and raw == previous:
       runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
       continue
     sample = check_sample(raw, f"samples[{i}]")

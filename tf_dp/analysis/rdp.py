@@ -172,8 +172,8 @@ def _check_frac_grid(sigmas, orders):
     worst = int(np.argmax(points))
     if points[worst] > _MAX_FRAC_GRID_POINTS:
       raise ValueError(
-          f"orders contains the fractional order {float(alpha)!r}, whose RDP at "
-          f"noise_multiplier={float(sigmas[worst])!r} needs "
+          f"orders contains the fractional order {float(alpha)!r}, whose "
+          f"RDP at noise_multiplier={float(sigmas[worst])!r} needs "
           f"{int(points[worst])} quadrature points (at most "
           f"{_MAX_FRAC_GRID_POINTS}); use integer orders there (exact at "
           "any order and noise_multiplier) or a smaller fractional order.")

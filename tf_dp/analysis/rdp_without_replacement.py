@@ -6,8 +6,9 @@ Running a mechanism M with RDP ``eps(j)`` on a uniformly random size-``m``
 subset of ``n`` records (``gamma = m / n``) gives, for integer
 ``alpha >= 2`` (replace-one neighbours),
 
-    (alpha - 1) eps'(alpha) <= log(1 + gamma^2 C(alpha, 2) T_2
-                                     + sum_{j=3}^{alpha} gamma^j C(alpha, j) T_j)
+    (alpha - 1) eps'(alpha)
+        <= log(1 + gamma^2 C(alpha, 2) T_2
+               + sum_{j=3}^{alpha} gamma^j C(alpha, j) T_j)
 
 with two valid choices of the terms ``T_j``:
 
