@@ -182,7 +182,7 @@ def _window(items, tail_mass):
     total = float(np.sum(p))
     x = np.arange(len(p), dtype=float)
     m = float(np.sum(p * x)) / total
-    stats.append((p / total, x - m, count))
+    stats.append((np.log(np.maximum(p / total, 1e-300)), x - m, count))
     mean += count * (pld.lo + m)
     var += count * float(np.sum(p * (x - m) ** 2)) / total
     log_total += count * math.log(total)
@@ -192,13 +192,10 @@ def _window(items, tail_mass):
     return support_lo, support_hi, False, False
   ts = np.logspace(-0.5, 1.5, 8) / math.sqrt(var)
   log_mgf = np.zeros((2, len(ts)))
-  for p, dx, count in stats:
+  for log_p, dx, count in stats:
     for side, sign in enumerate((1.0, -1.0)):
-      for j, t in enumerate(ts):
-        e = sign * t * dx
-        peak = float(np.max(e))
-        log_mgf[side, j] += count * (
-            peak + math.log(float(np.sum(p * np.exp(e - peak)))))
+      log_mgf[side] += count * special.logsumexp(
+          log_p[None, :] + (sign * ts)[:, None] * dx[None, :], axis=1)
   dev = np.min((log_total + log_mgf - math.log(tail_mass)) / ts, axis=1)
   hi = int(math.ceil(mean + dev[0]))
   lo = int(math.floor(mean - dev[1]))
