@@ -14,8 +14,13 @@ Usage (two extra lines against non-private training)::
       model.optimizer.ledger, delta=1e-5)
 """
 
+import dataclasses
+
+import tensorflow as tf
+
 from tf_dp.keras import compat
 from tf_dp.keras import config as config_lib
+from tf_dp.keras import optimizer_state
 
 
 def _resolve_inner(optimizer):
@@ -120,7 +125,8 @@ def is_dp_optimizer(optimizer):
 
 class DPOptimizerMixin:
   """What both Keras flavours' DP optimizers share: delegation to the
-  wrapped optimizer and building the DP state with the model."""
+  wrapped optimizer, building the DP state with the model, and saving the
+  ledger and the open lot with the model (see ``optimizer_state``)."""
 
   @property
   def ledger(self):
@@ -136,7 +142,87 @@ class DPOptimizerMixin:
 
   def ensure_built(self, var_list, model):
     """Builds the DP state (which needs the model: DP batch norm, metrics)
-    and the wrapped optimizer, once."""
+    and the wrapped optimizer, once; restores a loaded ledger and lot.
+
+    Raises:
+      ValueError: if the optimizer has applied more lots than its ledger
+        records (a ledger that was not restored with the model).
+    """
     if not self.dp_engine.built:
       self.dp_engine.build(var_list, model)
       self.build(var_list)
+    self._restore_pending_dp_state()
+    optimizer_state.check_ledger_covers(self._lots_applied(), self.ledger)
+
+  def _lots_applied(self):
+    """Lots applied so far: the wrapped optimizer's step counter (one step
+    per lot), or the count saved in the config if that is larger (a format
+    that drops optimizer state, e.g. Keras 2's SavedModel)."""
+    applied = int(optimizer_state.numpy(self.iterations))
+    return max(applied, getattr(self, "_lots_applied_at_save", 0))
+
+  def _config_dict(self):
+    """``get_config``'s common part: the DP config and the lots applied."""
+    cfg = self.dp_config
+    if cfg.ledger is not None:  # The ledger is saved with the state.
+      cfg = dataclasses.replace(cfg, ledger=None,
+                                max_lots=cfg.ledger.max_samples)
+    config = {"name": self.name, "dp_config": cfg.to_dict()}
+    if tf.executing_eagerly():
+      config["lots_applied"] = self._lots_applied()
+    return config
+
+  @classmethod
+  def _from_config_dict(cls, inner, config):
+    optimizer = cls(inner, config_lib.DPConfig(**config["dp_config"]),
+                    name=config.get("name"))
+    # pylint: disable-next=protected-access
+    optimizer._lots_applied_at_save = int(config.get("lots_applied", 0))
+    return optimizer
+
+  def _keras_variables(self):
+    """The variables Keras itself saves: this optimizer's and the wrapped
+    one's (step counter, slots)."""
+    inner = self.inner_optimizer.variables
+    return list(self._variables) + list(inner() if callable(inner) else inner)
+
+  def dp_state(self):
+    """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""
+    return optimizer_state.export_state(self.dp_engine)
+
+  def load_dp_state(self, state):
+    """Restores ``dp_state()`` output now, or when the DP state is built."""
+    self._pending_dp_state = optimizer_state.PendingState(state)
+    if self.dp_engine.built:
+      self._restore_pending_dp_state()
+
+  def _restore_pending_dp_state(self):
+    pending = getattr(self, "_pending_dp_state", None)
+    if pending is not None:
+      optimizer_state.restore_state(self.dp_engine, pending.state)
+      self._pending_dp_state = None
+
+  def save_own_variables(self, store):
+    """Keras variables under ``"0"``, ``"1"``, ...; the DP state under
+    ``"tf_dp_*"`` names (the ``.keras`` format and ``save_weights``)."""
+    for i, variable in enumerate(self._keras_variables()):
+      store[str(i)] = variable.numpy()
+    for key, value in self.dp_state().items():
+      store[optimizer_state.PREFIX + key] = value
+
+  def load_own_variables(self, store):
+    prefix = optimizer_state.PREFIX
+    keys = list(store.keys())
+    variables = self._keras_variables()
+    own = [k for k in keys if not k.startswith(prefix)]
+    if len(own) != len(variables):
+      raise ValueError(
+          f"Cannot load the state of optimizer {self.name!r}: it has "
+          f"{len(variables)} variables but the saved one has {len(own)}. "
+          f"Build it first (e.g. model.optimizer.build(model."
+          f"trainable_variables)) or compile with the same optimizer.")
+    for i, variable in enumerate(variables):
+      variable.assign(store[str(i)])
+    saved = {k[len(prefix):]: store[k] for k in keys if k.startswith(prefix)}
+    if saved:
+      self.load_dp_state(saved)

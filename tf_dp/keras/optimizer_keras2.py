@@ -3,19 +3,30 @@
 import tensorflow as tf
 
 from tf_dp.keras import compat
-from tf_dp.keras import config as config_lib
 from tf_dp.keras import dp_engine
 from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import optimizer_state
 
 _keras = compat.keras2()
 
 
+class _CallableList(list):
+  """A list that is also callable: Keras 2 reads both ``opt.variables`` and
+  ``opt.variables()``."""
+
+  def __call__(self):
+    return self
+
+
+@_keras.utils.register_keras_serializable(package="tf_dp")
 class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
                         _keras.optimizers.Optimizer):
   """A Keras 2 optimizer that applies DP-SGD around ``inner_optimizer``.
 
   Build it with ``tf_dp.DPOptimizer``; see there for the privacy contract.
   ``inner_optimizer`` may be a current or a legacy Keras 2 optimizer.
+  It is registered as ``"tf_dp>DPOptimizerKeras2"``, so
+  ``keras.models.load_model`` finds it without ``custom_objects``.
   """
 
   def __init__(self, inner_optimizer, dp_config, name=None):
@@ -23,6 +34,9 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
     self.inner_optimizer = inner_optimizer
     self.dp_config = dp_config
     self.dp_engine = dp_engine.DPEngine(dp_config)
+    # Tracked here too: Keras 2's SavedModel revives every optimizer with an
+    # ``_iterations`` variable and fails to load if one has none.
+    self._iterations = inner_optimizer.iterations
 
   def build(self, var_list):
     super().build(var_list)
@@ -42,6 +56,32 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
   def _create_iteration_variable(self):
     self._iterations = None
 
+  @property
+  def variables(self):
+    """The wrapped optimizer's variables, then the ledger and open lot as
+    named arrays: what the ``.h5`` format saves (``set_weights`` reverses
+    it)."""
+    variables = self._keras_variables()
+    if tf.executing_eagerly():  # The arrays are read eagerly.
+      variables += [
+          optimizer_state.SavedArray(f"{optimizer_state.PREFIX}{key}", value)
+          for key, value in self.dp_state().items()]
+    return _CallableList(variables)
+
+  def set_weights(self, weights):
+    """Loads ``variables`` values (the ``.h5`` format's optimizer weights)."""
+    variables = self._keras_variables()
+    saved = list(weights[len(variables):])
+    for variable, value in zip(variables, weights):
+      if tuple(variable.shape) != tuple(value.shape):
+        raise ValueError(
+            f"Optimizer variable {variable.name} has shape {variable.shape}; "
+            f"the saved value has shape {value.shape}.")
+      variable.assign(value)
+    if saved:
+      self.load_dp_state(dict(zip(optimizer_state.state_keys(len(saved)),
+                                  saved)))
+
   def minimize(self, loss, var_list, tape=None):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
 
@@ -59,17 +99,13 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
           grads_and_vars, skip_gradients_aggregation=True)
 
   def get_config(self):
-    return {"name": self.name,
-            "inner_optimizer": _keras.optimizers.serialize(
-                self.inner_optimizer),
-            "dp_config": self.dp_config.to_dict()}
+    return dict(self._config_dict(),
+                inner_optimizer=_keras.optimizers.serialize(
+                    self.inner_optimizer))
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
     inner = _keras.optimizers.deserialize(config["inner_optimizer"],
                                           custom_objects=custom_objects)
-    return cls(inner, config_lib.DPConfig(**config["dp_config"]),
-               name=config.get("name"))
+    return cls._from_config_dict(inner, config)
 
-
-del tf

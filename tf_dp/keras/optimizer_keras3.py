@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tf_dp.keras import config as config_lib
 from tf_dp.keras import dp_engine
 from tf_dp.keras import optimizer as optimizer_lib
 
@@ -56,14 +55,12 @@ class DPOptimizerKeras3(optimizer_lib.DPOptimizerMixin,
     self.inner_optimizer.finalize_variable_values(var_list)
 
   def get_config(self):
-    return {"name": self.name,
-            "inner_optimizer": keras.saving.serialize_keras_object(
-                self.inner_optimizer),
-            "dp_config": self.dp_config.to_dict()}
+    return dict(self._config_dict(),
+                inner_optimizer=keras.saving.serialize_keras_object(
+                    self.inner_optimizer))
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
     inner = keras.saving.deserialize_keras_object(
         config["inner_optimizer"], custom_objects=custom_objects)
-    return cls(inner, config_lib.DPConfig(**config["dp_config"]),
-               name=config.get("name"))
+    return cls._from_config_dict(inner, config)

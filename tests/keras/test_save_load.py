@@ -1,0 +1,270 @@
+"""Saving and loading a private model keeps its privacy ledger, or refuses.
+
+The continuation tests train 2 epochs (8 lots of 16 of 64 examples), save,
+load and train 2 more epochs; the ledger must then hold all 16 lots and give
+the epsilon of an uninterrupted 4-epoch run. The two ledgers hold the same
+rows, so the epsilons agree to float rounding (rel=1e-9). The refusal tests
+lose the ledger on purpose and expect a ValueError before any update.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tests.keras import helpers
+from tf_dp.estimator import checkpoint_ledger
+from tf_dp.keras import compat
+
+KERAS = helpers.keras_modules()
+N, BATCH, LOTS_PER_EPOCH = 64, 16, 4
+DELTA = 1e-5
+_EXPECTED = {}
+
+
+def _compiled(K, **dp_kwargs):
+  model = helpers.build_model(K, "dense")
+  model.build((None, 6))
+  return helpers.compile_dp(K, model, N, noise_multiplier=1.3, **dp_kwargs)
+
+
+def _fit(model, epochs, **kwargs):
+  x, y = helpers.make_data("dense", N)
+  model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, **kwargs)
+
+
+def _epsilon(ledger):
+  return tf_dp.analysis.compute_epsilon_from_ledger(ledger, DELTA)[0]
+
+
+def _uninterrupted_epsilon(K):
+  """The epsilon of 4 epochs in one run (computed once per flavour)."""
+  if K.__name__ not in _EXPECTED:
+    model = _compiled(K)
+    _fit(model, 4)
+    _EXPECTED[K.__name__] = _epsilon(model.optimizer.ledger)
+  return _EXPECTED[K.__name__]
+
+
+def _assert_full_ledger(K, model):
+  ledger = model.optimizer.ledger.to_dict()
+  assert len(ledger["samples"]) == 4 * LOTS_PER_EPOCH  # None lost.
+  assert int(model.optimizer.iterations.numpy()) == 4 * LOTS_PER_EPOCH
+  assert _epsilon(ledger) == pytest.approx(_uninterrupted_epsilon(K),
+                                           rel=1e-9)
+
+
+def _is_keras3(K):
+  return compat.keras3() is not None and K is compat.keras3()
+
+
+def _save_and_load(K, fmt, model, tmp_path):
+  """Saves ``model`` in ``fmt`` and returns the loaded, private model."""
+  if fmt in ("keras", "h5"):
+    path = str(tmp_path / f"m.{fmt}")
+    model.save(path)
+    return tf_dp.keras.make_private(K.models.load_model(path))
+  loaded = _compiled(K)
+  if fmt == "weights":  # Keras 3: .weights.h5; Keras 2: a TF checkpoint.
+    path = str(tmp_path / ("m.weights.h5" if _is_keras3(K) else "ckpt"))
+    model.save_weights(path)
+    loaded.load_weights(path)
+  elif fmt == "checkpoint":
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).save(
+        str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(model=loaded, optimizer=loaded.optimizer).restore(
+        path)
+  else:
+    raise ValueError(fmt)
+  return loaded
+
+
+def _formats(K):
+  if _is_keras3(K):
+    return ["keras", "weights", "checkpoint"]
+  return ["h5", "keras", "weights", "checkpoint"]
+
+
+CASES = [pytest.param(K.values[0], fmt, id=f"{K.id}-{fmt}")
+         for K in KERAS for fmt in _formats(K.values[0])]
+
+
+@pytest.mark.parametrize("K,fmt", CASES)
+def test_save_load_continue_keeps_the_ledger(K, fmt, tmp_path):
+  model = _compiled(K)
+  _fit(model, 2)
+  # The ledger and the open lot are saved; the noise key is not.
+  assert not [k for k in model.optimizer.dp_state()
+              if "global" in k or "noise" in k or "seed" in k]
+  loaded = _save_and_load(K, fmt, model, tmp_path)
+  assert type(loaded.optimizer) is type(model.optimizer)
+  np.testing.assert_array_equal(loaded.trainable_variables[0].numpy(),
+                                model.trainable_variables[0].numpy())
+  _fit(loaded, 2)
+  _assert_full_ledger(K, loaded)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_backup_and_restore_keeps_the_ledger(K, tmp_path):
+  backup_dir = str(tmp_path / "backup")
+
+  class Interrupt(K.callbacks.Callback):
+
+    def on_epoch_end(self, epoch, logs=None):
+      if epoch == 1:
+        raise RuntimeError("interrupted")
+
+  first = _compiled(K)
+  with pytest.raises(RuntimeError, match="interrupted"):
+    _fit(first, 4, callbacks=[K.callbacks.BackupAndRestore(backup_dir),
+                              Interrupt()])
+  resumed = _compiled(K)  # A new process would build the model again.
+  _fit(resumed, 4, callbacks=[K.callbacks.BackupAndRestore(backup_dir)])
+  _assert_full_ledger(K, resumed)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_open_lot_is_saved_with_the_model(K, tmp_path):
+  """Poisson lots of 3 batches, 4 batches per epoch: saved with 2 batches of
+  a lot open (fixed-size lots may not span epochs; Poisson lots may)."""
+  model = _compiled(K, gradient_accumulation_steps=3, sampling="poisson",
+                    sampling_probability=3 * BATCH / N)
+  _fit(model, 2)  # 8 batches: 2 lots, 2 batches open.
+  assert int(model.optimizer.dp_engine.batches_in_lot.numpy()) == 2
+  loaded = _save_and_load(K, "keras" if _is_keras3(K) else "h5", model,
+                          tmp_path)
+  _fit(loaded, 2)  # 8 more batches: the open lot closes after 1.
+  assert int(loaded.optimizer.dp_engine.batches_in_lot.numpy()) == 16 % 3
+  assert len(loaded.optimizer.ledger.to_dict()["samples"]) == 16 // 3
+  assert int(loaded.optimizer.iterations.numpy()) == 16 // 3
+
+
+@pytest.mark.parametrize("K", [K for K in KERAS if K.id == "keras2"])
+def test_keras2_saved_model_refuses_then_continues_from_its_ledger(K,
+                                                                   tmp_path):
+  """Keras 2's SavedModel loader drops optimizer state (and so the ledger):
+  continuing is refused; the ledger is read from the SavedModel instead."""
+  model = _compiled(K)
+  _fit(model, 2)
+  path = str(tmp_path / "saved_model")
+  model.save(path, save_format="tf")
+  loaded = tf_dp.keras.make_private(K.models.load_model(path))
+  assert int(loaded.optimizer.iterations.numpy()) == 0  # State dropped.
+  with pytest.raises(ValueError, match="applied 8 lots"):
+    _fit(loaded, 1)
+  earlier = checkpoint_ledger.ledger_from_checkpoint(path)
+  assert len(earlier["samples"]) == 2 * LOTS_PER_EPOCH
+  loaded = helpers.compile_dp(
+      K, loaded, N, noise_multiplier=1.3,
+      ledger=tf_dp.PrivacyLedger.from_dict(earlier, max_samples=100))
+  _fit(loaded, 2)
+  ledger = loaded.optimizer.ledger.to_dict()
+  assert len(ledger["samples"]) == 4 * LOTS_PER_EPOCH
+  assert _epsilon(ledger) == pytest.approx(_uninterrupted_epsilon(K),
+                                           rel=1e-9)
+
+
+def _without_ledger(K, model, tmp_path):
+  """A fresh private model with ``model``'s weights and wrapped optimizer
+  but not its ledger (as a checkpoint written without it)."""
+  # Not ``model=model``: a model's checkpoint includes its optimizer.
+  path = tf.train.Checkpoint(
+      weights=list(model.weights),
+      inner=model.optimizer.inner_optimizer).save(str(tmp_path / "no_ledger"))
+  loaded = _compiled(K)
+  loaded.optimizer.build(loaded.trainable_variables)
+  tf.train.Checkpoint(weights=list(loaded.weights),
+                      inner=loaded.optimizer.inner_optimizer).restore(
+                          path).assert_consumed()
+  return loaded
+
+
+def _stripped_keras3_weights(K, model, tmp_path):
+  """A fresh private model loaded from a ``.weights.h5`` file whose DP state
+  was deleted (as written by a tf_dp version that did not save it)."""
+  import h5py  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "m.weights.h5")
+  model.save_weights(path)
+  with h5py.File(path, "r+") as f:
+    stripped = []
+    f.visit(lambda name: stripped.append(name)
+            if os.path.basename(name).startswith("tf_dp_") else None)
+    assert stripped
+    for name in stripped:
+      del f[name]
+  loaded = _compiled(K)
+  loaded.load_weights(path)
+  return loaded
+
+
+def _keras3_legacy_h5(K, model, tmp_path):
+  """Keras 3's legacy ``.h5`` format drops the optimizer's state; the
+  optimizer's config still says how many lots were applied."""
+  path = str(tmp_path / "m.h5")
+  model.save(path)
+  return tf_dp.keras.make_private(K.models.load_model(path))
+
+
+LOSSES = {"checkpoint": _without_ledger,
+          "keras3_weights": _stripped_keras3_weights,
+          "keras3_legacy_h5": _keras3_legacy_h5}
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_lost_ledger_refuses_to_continue(K, loss, tmp_path):
+  if loss.startswith("keras3") and not _is_keras3(K):
+    pytest.skip("Keras 3 only")
+  model = _compiled(K)
+  _fit(model, 2)
+  loaded = LOSSES[loss](K, model, tmp_path)
+  before = [v.numpy() for v in loaded.trainable_variables]
+  iterations = int(loaded.optimizer.iterations.numpy())
+  with pytest.raises(ValueError, match=r"applied 8 lots .* records only 0"
+                     r".*ledger=tf_dp\.PrivacyLedger\.from_dict"):
+    _fit(loaded, 1)
+  for old, variable in zip(before, loaded.trainable_variables):
+    np.testing.assert_array_equal(old, variable.numpy())  # Nothing applied.
+  assert int(loaded.optimizer.iterations.numpy()) == iterations
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_fresh_optimizer_with_the_earlier_ledger_continues(K, tmp_path):
+  """The fix the refusal suggests: continue the earlier ledger explicitly."""
+  model = _compiled(K)
+  _fit(model, 2)
+  earlier = model.optimizer.ledger.to_dict()
+  loaded = _compiled(K, ledger=tf_dp.PrivacyLedger.from_dict(
+      earlier, max_samples=100))
+  loaded.set_weights(model.get_weights())
+  _fit(loaded, 2)
+  assert len(loaded.optimizer.ledger.to_dict()["samples"]) == (
+      4 * LOTS_PER_EPOCH)
+  assert _epsilon(loaded.optimizer.ledger) == pytest.approx(
+      _uninterrupted_epsilon(K), rel=1e-9)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_wrapped_optimizer_slots_travel_with_the_ledger(K, tmp_path):
+  """Adam's moments are saved beside the ledger and loaded in their place."""
+  x, y = helpers.make_data("dense", N)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.Adam(0.01), l2_norm_clip=1.0, noise_multiplier=1.3,
+      population_size=N), loss=K.losses.SparseCategoricalCrossentropy(
+          from_logits=True))
+  model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+  loaded = _save_and_load(K, "keras" if _is_keras3(K) else "h5", model,
+                          tmp_path)
+  # pylint: disable=protected-access
+  saved = [v.numpy() for v in model.optimizer._keras_variables()]
+  restored = [v.numpy() for v in loaded.optimizer._keras_variables()]
+  # pylint: enable=protected-access
+  assert len(saved) == len(restored) > 4  # Step, rate and moments.
+  for a, b in zip(saved, restored):
+    np.testing.assert_array_equal(a, b)
+  _fit(loaded, 1)
+  assert len(loaded.optimizer.ledger.to_dict()["samples"]) == (
+      2 * LOTS_PER_EPOCH)

@@ -1,0 +1,177 @@
+"""What a DP optimizer saves with the model besides the wrapped optimizer.
+
+A Keras optimizer's saved state is its step counter and slots. A DP
+optimizer's privacy state is, in addition, its **ledger** (every lot noised so
+far: the accountant's only input) and the **open lot** (the clipped sum of the
+batches of a lot not yet noised, when ``gradient_accumulation_steps > 1``).
+Both travel with the model in every Keras format, as plain arrays under names
+that start with ``tf_dp_``:
+
+* the ledger's rows actually written (not its whole preallocated buffers),
+  its counters and its current sampling parameters;
+* the open lot's sum, record and example counts and batch count.
+
+Not saved: the query's global state (the noise key among it, and e.g. an
+adaptive clip), which is re-initialised when training continues.
+
+A ledger that cannot be restored is never restarted silently: the wrapped
+optimizer's ``iterations`` counts the lots applied (one ``apply`` per lot),
+and ``check_ledger_covers`` refuses to train when it exceeds the lots the
+ledger recorded.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+PREFIX = "tf_dp_"
+
+# The ledger's variables, read and written directly until ``PrivacyLedger``
+# has public ``export_buffers`` / ``import_buffers`` methods (requested).
+_LEDGER_SCALARS = (
+    ("ledger_population_size", "population_size", np.float64),
+    ("ledger_selection_probability", "selection_probability", np.float64),
+    ("ledger_examples_per_record", "examples_per_record", np.float64),
+    ("ledger_sampling_code", "_sampling_code", np.float64),
+    ("ledger_sample_count", "_sample_count", np.int32),
+    ("ledger_query_count", "_query_count", np.int32),
+    ("ledger_dropped_samples", "_dropped_samples", np.int32),
+)
+_LEDGER_ROWS = (("ledger_samples", "_samples", "ledger_sample_count"),
+                ("ledger_queries", "_queries", "ledger_query_count"))
+LEDGER_KEYS = tuple(k for k, _, _ in _LEDGER_SCALARS) + tuple(
+    k for k, _, _ in _LEDGER_ROWS)
+_LOT_SCALARS = ("lot_records", "lot_examples", "batches_in_lot")
+
+
+def numpy(variable):
+  return np.asarray(tf.convert_to_tensor(variable))
+
+
+def _lot_variables(engine):
+  """The open lot's variables, in a fixed order (after the engine is built)."""
+  return ([getattr(engine, name) for name in _LOT_SCALARS]
+          + tf.nest.flatten(engine.lot_state))
+
+
+def _lot_keys(count):
+  return list(_LOT_SCALARS) + [f"lot_state_{i}"
+                               for i in range(count - len(_LOT_SCALARS))]
+
+
+def export_state(engine):
+  """The engine's ledger and open lot as ``{name: numpy array}``."""
+  ledger = engine.ledger
+  state = {key: np.asarray(numpy(getattr(ledger, attr)), dtype)
+           for key, attr, dtype in _LEDGER_SCALARS}
+  for key, attr, count_key in _LEDGER_ROWS:
+    # At least one row: some stores cannot hold an empty array.
+    rows = max(int(state[count_key]), 1)
+    state[key] = numpy(getattr(ledger, attr)[:rows])
+  if engine.built:
+    lot = _lot_variables(engine)
+    state.update({key: numpy(v) for key, v in zip(_lot_keys(len(lot)), lot)})
+  return state
+
+
+def state_keys(count):
+  """The names of ``count`` exported arrays, in ``export_state`` order."""
+  return list(LEDGER_KEYS) + _lot_keys(count - len(LEDGER_KEYS))
+
+
+def restore_ledger(ledger, state):
+  """Overwrites ``ledger`` with the exported ledger in ``state``."""
+  for key, attr, count_key in _LEDGER_ROWS:
+    buffer = getattr(ledger, attr)
+    count = int(state[count_key])
+    if count > buffer.shape[0]:
+      raise ValueError(
+          f"The saved privacy ledger holds {count} rows in {key} but this "
+          f"optimizer's ledger has room for {buffer.shape[0]}. Rebuild the "
+          f"optimizer with a larger max_lots (tf_dp.DPOptimizer(..., "
+          f"max_lots=...)) before loading.")
+    full = np.zeros(buffer.shape, np.float64)
+    full[:count] = np.asarray(state[key], np.float64)[:count]
+    buffer.assign(full)
+  for key, attr, _ in _LEDGER_SCALARS:
+    variable = getattr(ledger, attr)
+    variable.assign(tf.cast(state[key], variable.dtype))
+
+
+def restore_lot(engine, state):
+  """Overwrites the engine's open lot with the one in ``state`` (if any)."""
+  lot = _lot_variables(engine)
+  keys = _lot_keys(len(lot))
+  if not any(key in state for key in keys):
+    return  # Saved before the first step: there is no open lot.
+  for key, variable in zip(keys, lot):
+    value = np.asarray(state[key]) if key in state else None
+    if value is None or value.shape != tuple(variable.shape):
+      found = "missing" if value is None else f"of shape {value.shape}"
+      raise ValueError(
+          f"The saved DP optimizer state does not match this model: the "
+          f"open lot's {key} is {found} but the model needs shape "
+          f"{tuple(variable.shape)}.")
+    variable.assign(tf.cast(value, variable.dtype))
+
+
+def restore_state(engine, state):
+  """Overwrites the built engine's ledger and open lot with ``state``."""
+  restore_ledger(engine.ledger, state)
+  restore_lot(engine, state)
+
+
+def check_ledger_covers(applied, ledger):
+  """Raises if the optimizer applied more lots than the ledger recorded.
+
+  Args:
+    applied: Lots applied so far (the wrapped optimizer's step counter: one
+      step per lot).
+    ledger: The ``PrivacyLedger`` that training will continue.
+
+  Raises:
+    ValueError: when the ledger of earlier training was not restored.
+  """
+  # pylint: disable-next=protected-access
+  recorded = int(numpy(ledger._sample_count + ledger._dropped_samples))
+  if applied <= recorded:
+    return
+  raise ValueError(
+      f"tf_dp refuses to continue training: the optimizer has already "
+      f"applied {applied} lots (its `iterations`, or the count saved with "
+      f"its config), but its privacy ledger records only {recorded}. The "
+      f"ledger of the earlier training was not restored, and continuing "
+      f"would under-report epsilon. Fix it in one of these ways: (1) load "
+      f"the model together with its ledger: `model.save` + "
+      f"`keras.models.load_model` (.keras, or .h5 on Keras 2), "
+      f"`save_weights` + `load_weights`, BackupAndRestore, or a "
+      f"`tf.train.Checkpoint` of the optimizer; (2) compile with a new "
+      f"optimizer that continues the earlier ledger: `tf_dp.DPOptimizer(..., "
+      f"ledger=tf_dp.PrivacyLedger.from_dict(data, max_samples=...))`, with "
+      f"`data = tf_dp.estimator.ledger_from_checkpoint(path)` (after "
+      f"`import tf_dp.estimator`) for a "
+      f"checkpoint or a Keras 2 SavedModel (whose loader drops optimizer "
+      f"state) or a saved `ledger.to_dict()`; or (3) compile with a fresh "
+      f"`tf_dp.DPOptimizer` and account the earlier training separately "
+      f"(add up both runs' privacy loss).")
+
+
+class PendingState:
+  """A loaded state waiting for the engine to be built (not trackable, so
+  never saved itself)."""
+
+  def __init__(self, state):
+    # Read now: values may be lazy datasets of a file about to be closed.
+    self.state = {key: np.array(value) for key, value in state.items()}
+
+
+class SavedArray:
+  """A named array that Keras 2's ``.h5`` writer saves like a variable."""
+
+  def __init__(self, name, value):
+    self.name = name
+    self._value = np.asarray(value)
+    self.shape = self._value.shape
+    self.dtype = self._value.dtype
+
+  def numpy(self):
+    return self._value
