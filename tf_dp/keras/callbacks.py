@@ -82,12 +82,29 @@ class LotBoundaryGuard(_Callback):
           f"(tf_dp.data.poisson_sampled_batches(..., batches_per_lot={k}) "
           f"with sampling='poisson').")
 
+  def _implements_train_batch_hooks(self):
+    engine = getattr(getattr(self.model, "optimizer", None), "dp_engine",
+                     None)
+    return engine is not None and self._lots_span_epochs(engine)
+
+  def on_epoch_begin(self, epoch, logs=None):
+    del epoch, logs
+    self._steps = 0
+
+  def on_train_batch_end(self, batch, logs=None):
+    del logs
+    self._steps = batch + 1  # Keras passes the index of the last step run.
+
   def on_epoch_end(self, epoch, logs=None):
     del epoch, logs
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is None or not self._lots_span_epochs(engine):
       return
-    pending = engine.discard_lot()
+    # A failed last step (end of a dataset of unknown length) may already
+    # have emptied the lot's counters: count the steps run instead.
+    engine.discard_lot()
+    pending = getattr(self, "_steps", 0) % (
+        engine.config.gradient_accumulation_steps)
     if pending:
       warnings.warn(
           f"tf_dp discarded an incomplete lot of {pending} batch(es) at the "
