@@ -75,7 +75,8 @@ def effective_noise_multiplier(clips, stddevs):
 
 
 def build_query(template, l2_norm_clip, noise_multiplier, clipping="flat",
-                noise="proportional", denominator=None, noise_seed=None):
+                noise="proportional", denominator=None, noise_seed=None,
+                secure_mode=False):
   """A query for records shaped like ``template`` under a strategy.
 
   Each leaf of ``template`` (e.g. each trainable variable) is a group for
@@ -83,7 +84,8 @@ def build_query(template, l2_norm_clip, noise_multiplier, clipping="flat",
 
   Privacy contract: the effective noise multiplier (eq. 1) of the returned
   query is ``noise_multiplier`` for every strategy, with total L2 bound
-  ``l2_norm_clip``.
+  ``l2_norm_clip``. ``noise_seed`` and ``secure_mode`` are passed to every
+  ``GaussianSumQuery`` (see its docstring).
 
   Returns:
     A ``GaussianSumQuery`` (flat) or ``NestedQuery`` of them, each wrapped in
@@ -98,11 +100,13 @@ def build_query(template, l2_norm_clip, noise_multiplier, clipping="flat",
 
   if clipping == "flat":
     return wrap(gaussian_query.GaussianSumQuery(
-        l2_norm_clip, noise_multiplier * l2_norm_clip, noise_seed))
+        l2_norm_clip, noise_multiplier * l2_norm_clip, noise_seed,
+        secure_mode))
   clips = group_clips(l2_norm_clip, dims, clipping)
   stddevs = group_stddevs(noise_multiplier, clips, dims, noise)
   seeds = ([None] * len(leaves) if noise_seed is None
            else [noise_seed + i for i in range(len(leaves))])
-  queries = [wrap(gaussian_query.GaussianSumQuery(float(c), float(s), seed))
+  queries = [wrap(gaussian_query.GaussianSumQuery(float(c), float(s), seed,
+                                                  secure_mode))
              for c, s, seed in zip(clips, stddevs, seeds)]
   return nested_query.NestedQuery(tf.nest.pack_sequence_as(template, queries))

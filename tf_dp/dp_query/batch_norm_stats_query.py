@@ -40,14 +40,15 @@ class BatchNormStatsQuery(dp_query.SumAggregationDPQuery):
     stddev: Noise stddev >= 0.
     expected_num_records: Public denominator q * n, > 0.
     noise_seed: None for OS entropy (default).
+    secure_mode: As for ``GaussianSumQuery``.
 
   ``get_noised_result`` returns ``{"mean": ..., "variance": ...}``.
   """
 
   def __init__(self, l2_norm_clip, stddev, expected_num_records,
-               noise_seed=None):
+               noise_seed=None, secure_mode=False):
     self._sum_query = gaussian_query.GaussianSumQuery(l2_norm_clip, stddev,
-                                                      noise_seed)
+                                                      noise_seed, secure_mode)
     self._expected = _checks.positive("expected_num_records",
                                       expected_num_records)
 

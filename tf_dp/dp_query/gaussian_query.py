@@ -10,8 +10,10 @@ from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import noise
 
+# noise_nonce: public int64 [noise_seed or 0, draws]; the secret key of the
+# noise is never part of the state (see noise.py).
 GaussianSumState = collections.namedtuple(
-    "GaussianSumState", ["l2_norm_clip", "stddev", "noise_seed"])
+    "GaussianSumState", ["l2_norm_clip", "stddev", "noise_nonce"])
 
 
 class GaussianSumQuery(dp_query.SumAggregationDPQuery):
@@ -28,20 +30,29 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
   them between samples (Abadi et al.'s time-dependent C and sigma); the
   event always reports the values actually used.
 
+  The noise's secret key is not in the state (which holds only a public
+  nonce) and so is never checkpointed: it is a per-process key from OS
+  entropy, and no draw repeats within a process even if an earlier state is
+  restored (see ``noise.py``).
+
   Args:
     l2_norm_clip: Clip norm S >= 0.
     stddev: Noise standard deviation >= 0 (0 gives no privacy: epsilon=inf).
     noise_seed: None for OS entropy (default); an int only for tests.
+    secure_mode: True to draw every noise bit from the OS CSPRNG with a
+      floating-point hardened Gaussian sampler (see ``noise.py``; slower,
+      refused under XLA).
 
   Example:
     >>> query = GaussianSumQuery(l2_norm_clip=1.0, stddev=1.1)
   """
 
-  def __init__(self, l2_norm_clip, stddev, noise_seed=None):
+  def __init__(self, l2_norm_clip, stddev, noise_seed=None,
+               secure_mode=False):
     self._l2_norm_clip = _checks.non_negative("l2_norm_clip", l2_norm_clip)
     self._stddev = _checks.non_negative(
         "stddev", stddev, " Use stddev = noise_multiplier * l2_norm_clip.")
-    self._noise_seed = noise_seed
+    self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
   @property
   def l2_norm_clip(self):
@@ -51,11 +62,15 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
   def stddev(self):
     return self._stddev
 
+  @property
+  def secure_mode(self):
+    return self._noise.secure_mode
+
   def initial_global_state(self):
     return GaussianSumState(
         tf.constant(self._l2_norm_clip, tf.float32),
         tf.constant(self._stddev, tf.float32),
-        noise.new_noise_seed(self._noise_seed))
+        self._noise.initial_nonce())
 
   def derive_sample_params(self, global_state):
     return global_state.l2_norm_clip
@@ -65,10 +80,10 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
     return clipped
 
   def get_noised_result(self, sample_state, global_state):
-    result = noise.add_gaussian_noise(sample_state, global_state.stddev,
-                                      global_state.noise_seed)
+    result = self._noise.add(sample_state, global_state.stddev,
+                             global_state.noise_nonce)
     new_state = global_state._replace(
-        noise_seed=noise.advance(global_state.noise_seed))
+        noise_nonce=self._noise.advance(global_state.noise_nonce))
     event = events.SumQueryEvent(global_state.l2_norm_clip,
                                  global_state.stddev)
     return result, new_state, event

@@ -40,16 +40,19 @@ class DPMetricsQuery(dp_query.SumAggregationDPQuery):
   Records are ``MetricsRecord``s (see ``metrics_record``) or
   ``(label, prediction)`` pairs.
 
+  ``noise_seed`` and ``secure_mode`` are those of ``GaussianSumQuery``.
+
   ``get_noised_result`` returns a dict with ``count``, ``correct``,
   ``class_counts`` (noised) and ``accuracy = correct / max(count, 1)``.
   """
 
-  def __init__(self, num_classes, stddev, noise_seed=None):
+  def __init__(self, num_classes, stddev, noise_seed=None, secure_mode=False):
     if not isinstance(num_classes, int) or num_classes < 1:
       raise ValueError(f"num_classes must be an int >= 1; got {num_classes!r}.")
     self._num_classes = num_classes
     self._sum_query = gaussian_query.GaussianSumQuery(
-        METRICS_L2_BOUND, _checks.non_negative("stddev", stddev), noise_seed)
+        METRICS_L2_BOUND, _checks.non_negative("stddev", stddev), noise_seed,
+        secure_mode)
 
   def initial_global_state(self):
     return self._sum_query.initial_global_state()

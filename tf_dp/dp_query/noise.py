@@ -1,52 +1,244 @@
-"""Gaussian noise from a seed kept in the query's explicit state.
+"""Gaussian noise whose secret never enters a query's state.
 
-Noise is drawn with stateless random ops from a seed ``[key, counter]`` that
-lives in the query's global state: the key comes from the operating system's
-entropy unless the user fixes it, and the counter advances once per noised
-result. Consequences: ``tf.random.set_seed`` in a user's script does not make
-the privacy noise reproducible; every sample gets fresh noise; and the noise
-is identical on every replica because it is drawn once, cross-replica.
+A query's global state holds only a public **noise nonce**, int64
+``[noise_seed or 0, draws]``. The noise itself is drawn by a ``NoiseGenerator``
+in one of three modes:
+
+* **default** (``noise_seed=None``): stateless normals (Philox) from a seed
+  derived from a **per-process key**: 128 bits from ``os.urandom``, held in
+  ``tf.Variable``s of a plain Python object that no ``tf.Module`` or
+  checkpoint references, so the key is in no checkpoint, SavedModel or
+  ``.keras`` file (a function that captures it cannot be exported: TF refuses
+  untracked resources). Every draw advances an in-process counter that a
+  checkpoint restore cannot rewind, and folds in a per-call-site number, so
+  no seed is used twice in a process, even after restoring an earlier state.
+  A new process has a new key. There is one key per ``tf.distribute``
+  strategy; the strategy creates the key variables, so the replicas of a
+  ``MirroredStrategy`` share them and ``MultiWorkerMirroredStrategy``
+  broadcasts the chief's key to the other workers when it initialises them
+  (worker-to-worker traffic already carries gradients and must be trusted).
+  In a ``tf.compat.v1`` graph (Estimator) each draw takes a fresh key from
+  ``os.urandom`` through ``tf.numpy_function`` instead. Philox is not a
+  cryptographically secure generator (and Philox-4x32's key is 64 bits):
+  the noise is unpredictable to whoever lacks access to the process, and
+  that is the whole guarantee.
+* **fixed** (``noise_seed=int``, tests only, warns): seed ``nonce`` itself;
+  reproducible and therefore removable by anyone who knows the int.
+* **secure** (``secure_mode=True``): every bit comes from ``os.urandom``
+  (the kernel's CSPRNG), read on the host through ``tf.numpy_function`` in
+  float64; each coordinate is the sum of ``SECURE_SUMMANDS`` independent
+  Box-Muller normals divided by ``sqrt(SECURE_SUMMANDS)``, the mitigation of
+  Holohan & Braghin (ESORICS 2021) against floating-point attacks on
+  textbook samplers (Mironov, CCS 2012, on Laplace; Jin et al., IEEE S&P
+  2022, on Gaussians and DP-SGD); the noisy sum is formed in float64 and
+  rounded once to the record dtype. Box-Muller has no value-dependent loop
+  (Jin et al.'s timing attack exploits the loops of discrete samplers),
+  though libm's log/cos/sin are not constant-time instructions. This
+  narrows, but is not proven to close, the gap between a floating-point
+  sampler and the real Gaussian that the accountant assumes. It runs on the
+  host, so it cannot be compiled with XLA: it is refused under
+  ``jit_compile=True``, and under several workers (each would draw its own).
 """
 
+import itertools
+import math
 import os
+import threading
 import warnings
+import weakref
 
 import numpy as np
 import tensorflow as tf
 
+# Independent normals summed per coordinate in secure mode (Holohan &
+# Braghin 2021: sum n Gaussian samples, scaled by 1/sqrt(n)).
+SECURE_SUMMANDS = 4
 
-def new_noise_seed(noise_seed=None):
-  """Returns the initial ``[key, counter]`` seed tensor (int64).
+_XLA_ERROR = (
+    "secure_mode=True draws its noise from os.urandom on the host through "
+    "tf.numpy_function, which XLA cannot compile. Train without XLA: "
+    "model.compile(..., jit_compile=False) or tf.function(jit_compile=False).")
+
+
+def _urandom_int64(count):
+  return np.frombuffer(os.urandom(8 * count), dtype=np.int64).copy()
+
+
+class NoiseGenerator:
+  """Adds N(0, stddev^2) noise; holds the mode, never a secret.
 
   Args:
-    noise_seed: ``None`` (default) for a key from OS entropy; an int for a
-      reproducible key, with a warning: a noise seed that is known or reused
-      lets anyone who knows it subtract the noise, voiding the guarantee.
+    noise_seed: None (default) for the per-process secret key; an int for a
+      reproducible draw (tests and debugging only; warns).
+    secure_mode: True for noise from the OS CSPRNG with a floating-point
+      hardened sampler (slower; not under XLA).
+
+  Raises:
+    ValueError: if secure_mode is not a bool, or is combined with noise_seed.
   """
-  if noise_seed is None:
-    key = int(np.frombuffer(os.urandom(8), dtype=np.int64)[0])
-  else:
-    warnings.warn(
-        "A fixed noise_seed makes the DP noise reproducible; anyone who knows "
-        "it can remove the noise. Use it only for tests and debugging.",
-        UserWarning, stacklevel=3)
-    key = int(noise_seed)
-  return tf.constant([key, 0], dtype=tf.int64)
+
+  def __init__(self, noise_seed=None, secure_mode=False):
+    if not isinstance(secure_mode, bool):
+      raise ValueError(f"secure_mode must be True or False; got "
+                       f"{secure_mode!r}.")
+    if secure_mode and noise_seed is not None:
+      raise ValueError(
+          f"secure_mode=True draws from OS entropy and cannot be made "
+          f"reproducible; got noise_seed={noise_seed!r}. Remove noise_seed.")
+    if noise_seed is not None:
+      noise_seed = int(noise_seed)
+    self._noise_seed = noise_seed
+    self._secure_mode = secure_mode
+
+  @property
+  def secure_mode(self):
+    return self._secure_mode
+
+  def initial_nonce(self):
+    """The public nonce ``[noise_seed or 0, 0]`` (int64) of a new state."""
+    if self._noise_seed is not None:
+      warnings.warn(
+          "A fixed noise_seed makes the DP noise reproducible; anyone who "
+          "knows it can remove the noise. Use it only for tests and "
+          "debugging.", UserWarning, stacklevel=3)
+    return tf.constant([self._noise_seed or 0, 0], dtype=tf.int64)
+
+  def advance(self, nonce):
+    """The nonce after one draw. Without a fixed seed its first entry is
+    set to 0, which scrubs a key restored from an old checkpoint."""
+    nonce = tf.convert_to_tensor(nonce, tf.int64)
+    if self._noise_seed is None:
+      return tf.stack([tf.zeros([], tf.int64), nonce[1] + 1])
+    return nonce + tf.constant([0, 1], dtype=tf.int64)
+
+  def add(self, structure, stddev, nonce, stream=0):
+    """Adds N(0, stddev^2) independently to every element of ``structure``.
+
+    ``stream`` separates several draws made with one nonce (e.g. two sums
+    of one query); it matters only for a fixed noise_seed.
+    """
+    leaves = [tf.convert_to_tensor(x) for x in tf.nest.flatten(structure)]
+    if self._secure_mode:
+      noised = [_add_secure_noise(x, stddev) for x in leaves]
+    else:
+      seed = (tf.convert_to_tensor(nonce, tf.int64)
+              if self._noise_seed is not None else _secret_seed())
+      seed = tf.random.experimental.stateless_fold_in(seed, stream)
+      noised = []
+      for i, x in enumerate(leaves):
+        leaf_seed = tf.random.experimental.stateless_fold_in(seed, i)
+        draw = tf.random.stateless_normal(tf.shape(x), seed=leaf_seed,
+                                          dtype=tf.float32)
+        noised.append(x + tf.cast(draw * tf.cast(stddev, tf.float32),
+                                  x.dtype))
+    return tf.nest.pack_sequence_as(structure, noised)
 
 
-def advance(seed):
-  """The seed for the next noised result."""
-  return seed + tf.constant([0, 1], dtype=tf.int64)
+# --- The per-process secret key (default mode) ---
 
 
-def add_gaussian_noise(structure, stddev, seed):
-  """Adds N(0, stddev^2) independently to every element of ``structure``."""
-  leaves = tf.nest.flatten(structure)
-  noised = []
-  for i, x in enumerate(leaves):
-    x = tf.convert_to_tensor(x)
-    leaf_seed = tf.random.experimental.stateless_fold_in(seed, i)
-    draw = tf.random.stateless_normal(tf.shape(x), seed=leaf_seed,
-                                      dtype=tf.float32)
-    noised.append(x + tf.cast(draw * tf.cast(stddev, tf.float32), x.dtype))
-  return tf.nest.pack_sequence_as(structure, noised)
+class _ProcessKey:
+  """A secret key and a draw counter in variables no checkpoint can reach.
+
+  A plain object (not ``tf.Module``/``Trackable``) kept only in this
+  module's ``_KEYS``: dependency tracking never finds its variables.
+  """
+
+  def __init__(self):
+    self.key = tf.Variable(_urandom_int64(2), trainable=False,
+                           name="tf_dp_process_noise_key")
+    # ONLY_FIRST_REPLICA: a draw made in replica context advances the
+    # counter once per step, and every replica then draws the same noise.
+    self.draws = tf.Variable(
+        tf.constant(0, tf.int64), trainable=False,
+        name="tf_dp_process_noise_draws",
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+  def next_seed(self, site):
+    """A seed used by no other draw of this process."""
+    draw = self.draws.assign_add(1)
+    seed = tf.random.experimental.stateless_fold_in(
+        self.key.read_value(), tf.convert_to_tensor(draw, tf.int64))
+    return tf.random.experimental.stateless_fold_in(seed, site)
+
+
+_KEYS = weakref.WeakKeyDictionary()  # tf.distribute strategy -> _ProcessKey
+_KEYS_LOCK = threading.Lock()
+_SITES = itertools.count(1)  # One number per traced (or eager) draw.
+
+
+def _process_key():
+  """This process's key for the current strategy (created on first use)."""
+  strategy = tf.distribute.get_strategy()
+  with _KEYS_LOCK:
+    key = _KEYS.get(strategy)
+    if key is None:
+      key = _KEYS[strategy] = _ProcessKey()
+    return key
+
+
+def _os_entropy_seed():
+  seed = tf.numpy_function(lambda: _urandom_int64(2), [], tf.int64)
+  seed.set_shape([2])
+  return seed
+
+
+def _secret_seed():
+  """A fresh secret seed: from the process key in eager and ``tf.function``
+  code (XLA included); from os.urandom per draw in a tf.compat.v1 graph."""
+  with tf.init_scope():
+    key = _process_key() if tf.executing_eagerly() else None
+  if key is None:
+    return _os_entropy_seed()
+  return key.next_seed(next(_SITES))
+
+
+# --- Secure mode ---
+
+
+def _box_muller(count):
+  """``count`` standard normals from os.urandom bits (float64, 53-bit
+  uniforms; no rejection step, so constant work per value)."""
+  pairs = (count + 1) // 2
+  bits = np.frombuffer(os.urandom(16 * pairs), dtype=np.uint64) >> 11
+  u1 = (bits[:pairs] + 1.0) * 2.0 ** -53   # in (0, 1]: log is finite.
+  u2 = bits[pairs:] * 2.0 ** -53           # in [0, 1).
+  radius = np.sqrt(-2.0 * np.log(u1))
+  angle = 2.0 * math.pi * u2
+  return np.concatenate([radius * np.cos(angle),
+                         radius * np.sin(angle)])[:count]
+
+
+def secure_standard_normal(count):
+  """``count`` N(0, 1) values (float64): the sum of SECURE_SUMMANDS
+  independent Box-Muller normals over sqrt(SECURE_SUMMANDS). Summands of one
+  coordinate never share uniforms: the two outputs of one Box-Muller pair
+  share r and theta (Holohan & Braghin note cos t + sin t = sqrt(2) cos(t -
+  pi/4)), so their sum would be no sum of independent draws."""
+  count = int(count)
+  total = np.zeros(count)
+  for _ in range(SECURE_SUMMANDS):
+    total += _box_muller(count)
+  return total / math.sqrt(SECURE_SUMMANDS)
+
+
+def _refuse_unsupported_secure_context():
+  get_xla = getattr(tf.__internal__, "get_enclosing_xla_context", None)
+  if get_xla is not None and get_xla() is not None:
+    raise ValueError(_XLA_ERROR)
+  resolver = getattr(tf.distribute.get_strategy(), "cluster_resolver", None)
+  if resolver is not None:
+    spec = resolver.cluster_spec().as_dict()
+    if sum(len(tasks) for tasks in spec.values()) > 1:
+      raise NotImplementedError(
+          "secure_mode=True with several workers is not supported: each "
+          "worker would draw different noise. Use the default mode (its key "
+          "is shared by the strategy) or a single worker.")
+
+
+def _add_secure_noise(x, stddev):
+  _refuse_unsupported_secure_context()
+  draw = tf.numpy_function(secure_standard_normal, [tf.size(x)], tf.float64)
+  draw = tf.reshape(draw, tf.shape(x))
+  noised = tf.cast(x, tf.float64) + draw * tf.cast(stddev, tf.float64)
+  return tf.cast(noised, x.dtype)

@@ -27,7 +27,7 @@ from tf_dp.dp_query import noise
 AdaptiveClipState = collections.namedtuple(
     "AdaptiveClipState",
     ["l2_norm_clip", "noise_multiplier", "clipped_count_stddev",
-     "noise_seed"])
+     "noise_nonce"])
 AdaptiveClipSample = collections.namedtuple("AdaptiveClipSample",
                                             ["sum", "unclipped_bits"])
 
@@ -44,11 +44,12 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
       Andrew et al. suggest expected_num_records / 20.
     expected_num_records: q * n, the public denominator of the fraction.
     noise_seed: None for OS entropy (default).
+    secure_mode: True for noise from the OS CSPRNG (see ``noise.py``).
   """
 
   def __init__(self, initial_l2_norm_clip, noise_multiplier,
                target_unclipped_quantile, learning_rate, clipped_count_stddev,
-               expected_num_records, noise_seed=None):
+               expected_num_records, noise_seed=None, secure_mode=False):
     self._clip = _checks.positive("initial_l2_norm_clip",
                                   initial_l2_norm_clip)
     self._z = _checks.non_negative("noise_multiplier", noise_multiplier)
@@ -62,13 +63,13 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
                                               clipped_count_stddev)
     self._expected = _checks.positive("expected_num_records",
                                       expected_num_records)
-    self._noise_seed = noise_seed
+    self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
   def initial_global_state(self):
     return AdaptiveClipState(
         tf.constant(self._clip), tf.constant(self._z),
         tf.constant(self._count_stddev),
-        noise.new_noise_seed(self._noise_seed))
+        self._noise.initial_nonce())
 
   def derive_sample_params(self, global_state):
     return global_state.l2_norm_clip
@@ -93,17 +94,15 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
   def get_noised_result(self, sample_state, global_state):
     clip = global_state.l2_norm_clip
     stddev = global_state.noise_multiplier * clip
-    seed = global_state.noise_seed
-    noised_sum = noise.add_gaussian_noise(
-        sample_state.sum, stddev,
-        tf.random.experimental.stateless_fold_in(seed, 0))
-    noised_bits = noise.add_gaussian_noise(
-        sample_state.unclipped_bits, global_state.clipped_count_stddev,
-        tf.random.experimental.stateless_fold_in(seed, 1))
+    nonce = global_state.noise_nonce
+    noised_sum = self._noise.add(sample_state.sum, stddev, nonce, stream=0)
+    noised_bits = self._noise.add(sample_state.unclipped_bits,
+                                  global_state.clipped_count_stddev, nonce,
+                                  stream=1)
     unclipped_fraction = noised_bits / self._expected + 0.5
     new_clip = clip * tf.exp(-self._lr * (unclipped_fraction - self._target))
     new_state = global_state._replace(l2_norm_clip=new_clip,
-                                      noise_seed=noise.advance(seed))
+                                      noise_nonce=self._noise.advance(nonce))
     event = (events.SumQueryEvent(clip, stddev),
              events.SumQueryEvent(tf.constant(0.5),
                                   global_state.clipped_count_stddev))
