@@ -247,12 +247,17 @@ def test_fresh_optimizer_with_the_earlier_ledger_continues(K, tmp_path):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_wrapped_optimizer_slots_travel_with_the_ledger(K, tmp_path):
-  """Adam's moments are saved beside the ledger and loaded in their place."""
+@pytest.mark.parametrize("legacy", [False, True])
+def test_wrapped_optimizer_slots_travel_with_the_ledger(K, legacy, tmp_path):
+  """Adam's moments are saved beside the ledger and loaded in their place
+  (also Keras 2's legacy Adam)."""
+  if legacy and _is_keras3(K):
+    pytest.skip("Keras 2 only")
+  adam = K.optimizers.legacy.Adam if legacy else K.optimizers.Adam
   x, y = helpers.make_data("dense", N)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.Adam(0.01), l2_norm_clip=1.0, noise_multiplier=1.3,
+      adam(0.01), l2_norm_clip=1.0, noise_multiplier=1.3,
       population_size=N), loss=K.losses.SparseCategoricalCrossentropy(
           from_logits=True))
   model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)

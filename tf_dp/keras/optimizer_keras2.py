@@ -30,7 +30,10 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
   """
 
   def __init__(self, inner_optimizer, dp_config, name=None):
-    super().__init__(name=name or f"dp_{inner_optimizer.name}")
+    # Legacy optimizers keep their name in ``_name`` only.
+    inner_name = getattr(inner_optimizer, "name", None) or getattr(
+        inner_optimizer, "_name", "optimizer")
+    super().__init__(name=name or f"dp_{inner_name}")
     self.inner_optimizer = inner_optimizer
     self.dp_config = dp_config
     self.dp_engine = dp_engine.DPEngine(dp_config)
