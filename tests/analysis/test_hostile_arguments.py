@@ -173,6 +173,17 @@ _BOGUS_LEDGER_JSON = json.dumps({
      "target_delta"),
     (lambda: analysis.compute_epsilon_from_ledger(_BOGUS_LEDGER_JSON, 1e-5),
      r"samples\[0\]\.sampling"),
+    (lambda: analysis.compute_heterogeneous_rdp([(0.01, 1.0)], [2.0]),
+     "events"),
+    (lambda: analysis.get_privacy_spent([2.0], ["x"], target_delta=1e-5),
+     "rdp"),
+    (lambda: analysis.get_privacy_spent([2.0], [1.0], target_delta=1e-5,
+                                        conversion=["tight"]), "conversion"),
+    (lambda: analysis.dpd_epsilon(1.0, 1e-4, 0.1, 10, method=["ac"]),
+     "method"),
+    (lambda: analysis.dpd_noise_multiplier(0.0, 1e-4, 0.1, 10), "epsilon"),
+    (lambda: analysis.dpd_dropout_rates(1.0, math.nan, [0.5]),
+     "l2_norm_clip"),
 ])
 def test_value_error_names_the_argument(call, name):
   with pytest.raises(ValueError, match=rf"\b{name}\b"):

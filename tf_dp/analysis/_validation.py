@@ -136,6 +136,13 @@ def check_dataset(n, batch_size):
   return n, batch_size
 
 
+def check_choice(name, value, choices):
+  """Checks that ``value`` is one of ``choices`` (a tuple of strings)."""
+  if not isinstance(value, str) or value not in choices:
+    raise ValueError(f"{name} must be one of {tuple(choices)}; got {value!r}.")
+  return value
+
+
 def check_orders(orders):
   """Returns ``orders`` as a 1-D float array of Renyi orders > 1 (inf allowed).
 

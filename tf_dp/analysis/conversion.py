@@ -29,7 +29,11 @@ CONVERSIONS = ("tight", "classic")
 
 def _check_rdp(orders, rdp):
   orders = _validation.check_orders(orders)
-  rdp = np.atleast_1d(np.asarray(rdp, dtype=float))
+  try:
+    rdp = np.atleast_1d(np.asarray(rdp, dtype=float))
+  except (TypeError, ValueError):
+    raise ValueError(f"rdp must be real numbers, one per order; got {rdp!r}."
+                     ) from None
   if rdp.shape != orders.shape:
     raise ValueError(
         f"rdp must have one value per order: {len(orders)} orders but rdp "
@@ -96,9 +100,8 @@ def get_privacy_spent(orders, rdp, target_eps=None, target_delta=None,
     raise ValueError(
         "Give exactly one of target_eps and target_delta; got "
         f"target_eps={target_eps!r}, target_delta={target_delta!r}.")
-  if conversion not in CONVERSIONS:
-    raise ValueError(
-        f"conversion must be one of {CONVERSIONS}; got {conversion!r}.")
+  conversion = _validation.check_choice("conversion", conversion,
+                                        CONVERSIONS)
   orders, rdp = _check_rdp(orders, rdp)
   if target_delta is not None:
     delta = _validation.check_delta("target_delta", target_delta)

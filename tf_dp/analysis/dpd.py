@@ -93,8 +93,7 @@ def dpd_epsilon(noise_multiplier, delta, sampling_rate, iterations,
   delta = _validation.check_delta("delta", delta)
   nu = _validation.check_probability("sampling_rate", sampling_rate)
   iterations = _validation.check_positive_int("iterations", iterations)
-  if method not in METHODS:
-    raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+  method = _validation.check_choice("method", method, METHODS)
   k = _compositions(nu, iterations, as_published)
   if nu == 0 or math.isinf(sigma):  # Nothing sampled or nothing released.
     return 0.0
@@ -113,9 +112,7 @@ def dpd_epsilon(noise_multiplier, delta, sampling_rate, iterations,
 def dpd_noise_multiplier(epsilon, delta, sampling_rate, iterations,
                          method="zcdp", as_published=False):
   """The sigma at which ``dpd_epsilon`` equals ``epsilon`` (bisection)."""
-  epsilon = _validation.check_epsilon("epsilon", epsilon)
-  if epsilon == 0:
-    raise ValueError("epsilon must be > 0; got 0.")
+  epsilon = _validation.check_epsilon("epsilon", epsilon, allow_zero=False)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     f = lambda s: dpd_epsilon(s, delta, sampling_rate, iterations, method,
@@ -138,6 +135,10 @@ def dpd_dropout_rates(noise_multiplier, l2_norm_clip, weights):
   N(0, alpha theta^2) (Section 4.2), so ``alpha = 4 C^2 sigma^2 / theta^2``.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
+  noise_multiplier = _validation.check_noise_multiplier(
+      "noise_multiplier", noise_multiplier, allow_zero=True)
+  l2_norm_clip = _validation.check_real("l2_norm_clip", l2_norm_clip, low=0.0,
+                                        allow_inf=False)
   theta = np.asarray(weights, dtype=float)
   with np.errstate(divide="ignore"):
     return 4 * l2_norm_clip ** 2 * noise_multiplier ** 2 / np.square(theta)

@@ -280,7 +280,11 @@ def compute_heterogeneous_rdp(events, orders=None):
   """
   orders = _orders_array(orders)
   groups = {}
-  for q, noise_multiplier, steps in events:
+  for i, event in enumerate(events):
+    if not isinstance(event, (tuple, list)) or len(event) != 3:
+      raise ValueError(f"events[{i}] must be a (q, noise_multiplier, steps) "
+                       f"triple; got {event!r}.")
+    q, noise_multiplier, steps = event
     q = _validation.check_probability("q", q)
     sigma = _validation.check_noise_multiplier(
         "noise_multiplier", noise_multiplier)
