@@ -27,10 +27,10 @@ from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_without_replacement
 
-# Above this many distinct (sampling, q, sigma) events the RDP path merges
-# them into pessimistic classes (``pld.coarsen_events``): 0.13% grid for
-# noise multipliers spread over [0.8, 3].
-RDP_MAX_DISTINCT_EVENTS = 1024
+# Above this many distinct (sampling, q, sigma) events both accountants
+# merge them into pessimistic classes (``pld.coarsen_events``): a 0.5% grid
+# for noise multipliers spread over [0.8, 3].
+RDP_MAX_DISTINCT_EVENTS = pld_lib.DEFAULT_MAX_DISTINCT_EVENTS
 
 
 def gaussian_event_counts(runs):

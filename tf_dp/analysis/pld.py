@@ -56,6 +56,8 @@ _SAMPLING_ALIASES = {"poisson": POISSON, "fixed_size": WITHOUT_REPLACEMENT,
 
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 DEFAULT_TAIL_MASS = 1e-15
+# Above this many distinct events, ``coarsen_events`` merges them.
+DEFAULT_MAX_DISTINCT_EVENTS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +125,7 @@ class PLDAccountant:
   """
 
   def __init__(self, value_discretization_interval=None, tail_mass=None,
-               max_distinct_events=256):
+               max_distinct_events=DEFAULT_MAX_DISTINCT_EVENTS):
     h = (DEFAULT_VALUE_DISCRETIZATION_INTERVAL
          if value_discretization_interval is None
          else value_discretization_interval)
