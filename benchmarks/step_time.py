@@ -1,34 +1,45 @@
-r"""Step time and memory of DP-SGD against non-private training.
+r"""Step time and memory of DP-SGD against non-private training, as users
+get them: TensorFlow's default settings, ``model.fit``, Keras 3.
 
-Models: the MNIST CNN of the TF Privacy tutorial and a 784-512-10 MLP, batch
-256, clip 1.0, noise 1.1, SGD. Timings are the median of repeated training
-steps of the same model compiled both ways **in the same process**,
-alternating; the ratio is DP / non-private. Peak memory is the growth of
-the resident set during training, measured in a fresh subprocess per
-configuration (peak RSS is process-wide). The last line is
+Models: the MNIST CNN of the TF Privacy tutorial, a 784-512-10 MLP and a
+small transformer classifier (Embedding, 2 x [MultiHeadAttention,
+LayerNormalization, Dense] on token sequences of length 64); clip 1.0,
+noise 1.1, SGD, ``make_private`` + ``tf_dp.DPOptimizer`` (default
+``per_example_method="auto"``: the fast path).
 
-  step_time_ratio cnn=<x> mlp=<y> memory=<z>
+Step time: ``model.fit`` over an in-memory dataset, timed per epoch by a
+callback (steps per epoch fixed, first epoch dropped: tracing), plain and
+DP models built in the same process and measured alternately; the best of
+several rounds (the machine may be shared). Peak memory: growth of the
+resident set (CPU) or TF's peak allocator statistics (GPU), in a fresh
+subprocess per configuration. The last line is
 
-(fast path, batch 256, Keras 3, the better of jit_compile on/off per mode).
+  step_time_ratio cnn=<x> mlp=<y> transformer=<z> memory=<m>
 
-  python benchmarks/step_time.py            # full table
+(batch 256, the better of XLA on/off for DP where both are measured).
+
+  python benchmarks/step_time.py            # full table + batch scaling
   python benchmarks/step_time.py --quick    # fewer repeats, no scaling
+  python benchmarks/step_time.py --xla      # CPU: also jit_compile=True
+On a GPU, XLA on and off and batches 256 and 1024 are measured by default.
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-TARGETS = {"cnn": 2.0, "mlp": 1.5, "memory": 1.5}
+KINDS = ("cnn", "mlp", "transformer")
+TARGETS = {"cnn": 1.5, "mlp": 1.5, "transformer": 2.0, "memory": 1.5}
+SEQ_LEN, VOCAB, WIDTH = 64, 1000, 64
 
 
 def build(keras, kind):
+  """The benchmark model of the given kind (uncompiled)."""
   layers = keras.layers
   if kind == "cnn":
     return keras.Sequential([
@@ -38,14 +49,35 @@ def build(keras, kind):
         layers.Conv2D(32, 4, strides=2, padding="valid", activation="relu"),
         layers.MaxPool2D(2, 1), layers.Flatten(),
         layers.Dense(32, activation="relu"), layers.Dense(10)])
-  return keras.Sequential([layers.Input((784,)),
-                           layers.Dense(512, activation="relu"),
-                           layers.Dense(10)])
+  if kind == "mlp":
+    return keras.Sequential([layers.Input((784,)),
+                             layers.Dense(512, activation="relu"),
+                             layers.Dense(10)])
+  inputs = layers.Input((SEQ_LEN,), dtype="int32")
+  h = layers.Embedding(VOCAB, WIDTH)(inputs)
+  for _ in range(2):
+    h = layers.LayerNormalization()(
+        h + layers.MultiHeadAttention(4, WIDTH // 4)(h, h))
+    h = layers.Dense(WIDTH, activation="relu")(h)
+  h = layers.GlobalAveragePooling1D()(h)
+  return keras.Model(inputs, layers.Dense(2)(h))
 
 
-def make_step(mode, kind, batch, jit, stack="keras3", method="fast"):
-  """A compiled training step function and its inputs."""
+def batch_data(kind, batch):
   import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  if kind == "cnn":
+    x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+  elif kind == "mlp":
+    x = rng.random((batch, 784), dtype=np.float32)
+  else:
+    x = rng.integers(0, VOCAB, (batch, SEQ_LEN)).astype("int32")
+  classes = 2 if kind == "transformer" else 10
+  return x, rng.integers(0, classes, batch).astype("int32")
+
+
+def make_model(mode, kind, jit, stack="keras3", method="auto"):
+  """A compiled model (plain or DP) and a dataset repeating one batch."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_dp  # pylint: disable=g-import-not-at-top
   if stack == "tf_keras":
@@ -61,35 +93,54 @@ def make_step(mode, kind, batch, jit, stack="keras3", method="fast"):
                             per_example_method=method, max_lots=10 ** 6)
   else:
     opt = keras.optimizers.SGD(0.1)
-  model.compile(optimizer=opt, loss=loss)
-  rng = np.random.default_rng(0)
-  shape = (batch, 28, 28, 1) if kind == "cnn" else (batch, 784)
-  x = tf.constant(rng.random(shape, dtype=np.float32))
-  y = tf.constant(rng.integers(0, 10, batch).astype("int32"))
-  step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=jit)
-  return step, x, y
+  model.compile(optimizer=opt, loss=loss, jit_compile=jit)
+  return model
 
 
-def time_steps(step, x, y, repeats):
-  step(x, y)
-  step(x, y)
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    out = step(x, y)
-    _ = [float(v) for v in out.values()] if isinstance(out, dict) else out
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+def _dataset(kind, batch):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  x, y = batch_data(kind, batch)
+  return tf.data.Dataset.from_tensors((x, y)).repeat().prefetch(2)
 
 
-def compare(kind, batch, jit, repeats, method="fast", stack="keras3"):
-  """Median step times (plain, dp) measured alternately in this process."""
-  plain = make_step("plain", kind, batch, jit, stack)
-  dp = make_step("dp", kind, batch, jit, stack, method)
+class _EpochTimer:
+  """A Keras callback (built lazily for the model's flavour) timing epochs."""
+
+  @staticmethod
+  def make(keras):
+    class Timer(keras.callbacks.Callback):
+
+      def __init__(self):
+        super().__init__()
+        self.times = []
+
+      def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+      def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.perf_counter() - self._start)
+    return Timer()
+
+
+def fit_step_time(model, data, steps, epochs):
+  """Seconds per step of ``model.fit``: best epoch after the first."""
+  keras = sys.modules[type(model).__module__.split(".")[0]]
+  timer = _EpochTimer.make(keras)
+  model.fit(data, steps_per_epoch=steps, epochs=epochs, verbose=0, shuffle=False,
+            callbacks=[timer])
+  return min(timer.times[1:]) / steps
+
+
+def compare(kind, batch, jit, rounds, steps=10, method="auto",
+            stack="keras3"):
+  """Best per-step fit times (plain, dp), measured alternately."""
+  data = _dataset(kind, batch)
+  plain = make_model("plain", kind, jit, stack)
+  dp = make_model("dp", kind, jit, stack, method)
   t_plain, t_dp = [], []
-  for _ in range(3):
-    t_plain.append(time_steps(*plain, repeats))
-    t_dp.append(time_steps(*dp, repeats))
+  for _ in range(rounds):
+    t_plain.append(fit_step_time(plain, data, steps, 3))
+    t_dp.append(fit_step_time(dp, data, steps, 3))
   return min(t_plain), min(t_dp)
 
 
@@ -101,94 +152,108 @@ def _status_kib(field):
   raise KeyError(field)
 
 
-def memory_child(mode, kind, batch, jit, method):
-  """Runs in a subprocess: peak RSS while training, after warm-up (MiB).
+def memory_child(mode, kind, batch, jit):
+  """Runs in a subprocess: peak memory of steady-state ``fit`` steps (MiB).
 
-  The peak-RSS mark is reset after tracing and two warm-up steps
-  (/proc/self/clear_refs), so the peak is that of steady-state steps:
-  the process's model, data and TF runtime plus each step's transient
-  memory. ``step_mib`` is the transient part (peak minus resident before).
+  CPU: the peak-RSS mark is reset after tracing and warm-up
+  (/proc/self/clear_refs); ``step_mib`` is peak minus resident before.
+  GPU: TF's allocator peak after ``reset_memory_stats``.
   """
-  step, x, y = make_step(mode, kind, batch, jit, method=method)
-  step(x, y)
-  step(x, y)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model = make_model(mode, kind, jit)
+  data = _dataset(kind, batch)
+  model.fit(data, steps_per_epoch=3, epochs=1, verbose=0, shuffle=False)
+  if tf.config.list_physical_devices("GPU"):
+    tf.config.experimental.reset_memory_stats("GPU:0")
+    model.fit(data, steps_per_epoch=10, epochs=1, verbose=0, shuffle=False)
+    peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2 ** 20
+    print(json.dumps({"peak_mib": peak, "step_mib": peak}))
+    return
   base = _status_kib("VmRSS")
   with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
-  for _ in range(20):
-    step(x, y)
+  model.fit(data, steps_per_epoch=10, epochs=1, verbose=0, shuffle=False)
   peak = _status_kib("VmHWM")
   print(json.dumps({"step_mib": (peak - base) / 1024.0,
                     "peak_mib": peak / 1024.0}))
 
 
-def memory(mode, kind, batch, jit, method="fast"):
+def memory(mode, kind, batch, jit):
   out = subprocess.run(
       [sys.executable, __file__, "--memory_child", mode, kind, str(batch),
-       str(int(jit)), method], capture_output=True, text=True, check=True)
+       str(int(jit))], capture_output=True, text=True, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _device():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_physical_devices("GPU")
+  if gpus:
+    return "gpu", tf.config.experimental.get_device_details(gpus[0]).get(
+        "device_name", "GPU")
+  return "cpu", f"{os.cpu_count()}-core CPU"
 
 
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--memory_child", nargs=5)
+  parser.add_argument("--xla", action="store_true",
+                      help="CPU: also measure jit_compile=True")
+  parser.add_argument("--models", default=",".join(KINDS))
+  parser.add_argument("--memory_child", nargs=4)
   args = parser.parse_args()
   if args.memory_child:
-    mode, kind, batch, jit, method = args.memory_child
-    memory_child(mode, kind, int(batch), bool(int(jit)), method)
+    mode, kind, batch, jit = args.memory_child
+    memory_child(mode, kind, int(batch), bool(int(jit)))
     return
-  repeats = 5 if args.quick else 15
-  print("DP-SGD step time vs non-private (median, same process), batch 256,"
-        " 2-core CPU")
-  print(f"{'model':5s} {'path':10s} {'xla':4s} {'plain ms':>9s} "
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  device, device_name = _device()
+  kinds = args.models.split(",")
+  rounds = 2 if args.quick else 5
+  jits = (False, True) if device == "gpu" or args.xla else (False,)
+  batches = (256, 1024) if device == "gpu" else (256,)
+  print(f"DP-SGD vs non-private model.fit step time (best of {rounds} "
+        f"alternating rounds), TF {tf.__version__} defaults, {device_name}")
+  print(f"{'model':11s} {'batch':>5s} {'xla':4s} {'plain ms':>9s} "
         f"{'dp ms':>9s} {'ratio':>6s} {'target':>7s}")
   best = {}
-  for kind in ("cnn", "mlp"):
-    for method in ("fast", "vectorized"):
-      for jit in (False, True):
-        if method == "vectorized" and jit:
-          continue  # XLA cannot compile pfor's while_loop fallbacks.
-        t_plain, t_dp = compare(kind, 256, jit, repeats, method)
+  for kind in kinds:
+    for batch in batches:
+      for jit in jits:
+        t_plain, t_dp = compare(kind, batch, jit, rounds)
         ratio = t_dp / t_plain
-        target = TARGETS[kind] if method == "fast" else None
-        print(f"{kind:5s} {method:10s} {str(jit)[0]:4s} {t_plain*1e3:9.2f} "
-              f"{t_dp*1e3:9.2f} {ratio:6.2f} "
-              f"{(f'<= {target:.1f}' if target else '-'):>7s}")
-        if method == "fast":
-          # Per device, use whichever of XLA on/off is faster for DP.
-          if kind not in best or t_dp < best[kind][1]:
-            best[kind] = (t_plain, t_dp, jit)
-  for kind, (t_plain, t_dp, jit) in best.items():
-    print(f"{kind}: fastest DP configuration uses jit_compile={jit}")
+        print(f"{kind:11s} {batch:5d} {str(jit)[0]:4s} {t_plain*1e3:9.2f} "
+              f"{t_dp*1e3:9.2f} {ratio:6.2f} {'<= ' + str(TARGETS[kind]):>7s}",
+              flush=True)
+        if batch == 256 and (kind not in best or t_dp < best[kind][1]):
+          best[kind] = (t_plain, t_dp, jit)
   mems = {}
-  for kind in ("cnn", "mlp"):
+  for kind in kinds:
     jit = best[kind][2]
-    m_plain = memory("plain", kind, 256, jit)
-    m_dp = memory("dp", kind, 256, jit)
-    mems[kind] = (m_dp["peak_mib"] / m_plain["peak_mib"],
-                  m_plain, m_dp)
-    print(f"{kind} memory: peak RSS plain {m_plain['peak_mib']:.0f} MiB, "
-          f"dp {m_dp['peak_mib']:.0f} MiB (ratio "
-          f"{mems[kind][0]:.2f}, target <= {TARGETS['memory']}); transient "
-          f"per step plain {m_plain['step_mib']:.1f} MiB, dp "
-          f"{m_dp['step_mib']:.1f} MiB")
+    m_plain, m_dp = memory("plain", kind, 256, jit), memory("dp", kind, 256,
+                                                             jit)
+    mems[kind] = m_dp["peak_mib"] / m_plain["peak_mib"]
+    print(f"{kind} memory (batch 256): peak plain {m_plain['peak_mib']:.0f} "
+          f"MiB, dp {m_dp['peak_mib']:.0f} MiB (ratio {mems[kind]:.2f}); "
+          f"per-step transient plain {m_plain['step_mib']:.1f} MiB, dp "
+          f"{m_dp['step_mib']:.1f} MiB", flush=True)
   if not args.quick:
-    print("\nBatch scaling (fast path, no XLA): ms per step")
-    for kind in ("cnn", "mlp"):
+    print("\nBatch scaling (no XLA): DP ms per step (DP / plain)")
+    for kind in kinds:
       row = []
       for batch in (32, 64, 128, 256, 512, 1024):
-        t_plain, t_dp = compare(kind, batch, False, max(3, repeats // 3))
+        t_plain, t_dp = compare(kind, batch, False, 2)
         row.append(f"{batch}:{t_dp*1e3:.1f}({t_dp/t_plain:.2f}x)")
-      print(f"{kind}: " + "  ".join(row))
-  cnn = best["cnn"][1] / best["cnn"][0]
-  mlp = best["mlp"][1] / best["mlp"][0]
-  mem = max(mems["cnn"][0], mems["mlp"][0])
-  for name, value in (("cnn", cnn), ("mlp", mlp), ("memory", mem)):
+      print(f"{kind}: " + "  ".join(row), flush=True)
+  ratios = {k: best[k][1] / best[k][0] for k in kinds}
+  ratios["memory"] = max(mems.values())
+  for name, value in ratios.items():
     status = "met" if value <= TARGETS[name] else (
         f"MISSED by {value / TARGETS[name]:.2f}x")
     print(f"target {name} <= {TARGETS[name]}: {value:.2f} ({status})")
-  print(f"step_time_ratio cnn={cnn:.2f} mlp={mlp:.2f} memory={mem:.2f}")
+  print("step_time_ratio " + " ".join(
+      f"{k}={ratios[k]:.2f}" if k in ratios else f"{k}=nan"
+      for k in KINDS + ("memory",)))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_dp.keras import compat
 from tf_dp.keras.fast import clipped_sum
 from tf_dp.keras.fast import rules
 from tests.keras import helpers
@@ -203,6 +204,38 @@ def test_subclasses_do_not_inherit_rules_until_registered(K):
   rules.register_rule(MyDense, rules.DenseRule())
   assert isinstance(rules.rule_for(layer), rules.DenseRule)
   assert isinstance(rules.rule_for(K.layers.Dense(3)), rules.DenseRule)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_vectorized_map_hazard_names_the_layer_and_the_fix(K):
+  model = _attention_model(K)
+  message = clipped_sum.vectorized_map_hazard(
+      model._flatten_layers(recursive=True))  # pylint: disable=protected-access
+  if tuple(int(v) for v in tf.__version__.split(".")[:2]) < (2, 16):
+    assert message is None
+  else:
+    assert "per_example_method='auto'" in message
+    assert "MultiHeadAttention" in message or "EinsumDense" in message
+  assert clipped_sum.vectorized_map_hazard(
+      helpers.build_model(K, "dense").layers) is None
+
+
+def test_unsupported_einsum_dense_is_refused_not_vectorized():
+  """A LoRA EinsumDense has no fast rule; the per-layer fallback would run
+  it under vectorized_map, so it is refused with the fix instead."""
+  K = compat.keras3()
+  if K is None or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (
+      2, 16):
+    pytest.skip("Keras 3 on TF >= 2.16 only")
+  layer = K.layers.EinsumDense("ab,bc->ac", 4)
+  model = _sequential(K, (5,), [layer])
+  layer.enable_lora(2)
+  assert rules.rule_for(layer) is None
+  x, y = _data((5,))
+  model = helpers.compile_dp(K, model, population_size=6, learning_rate=1.0,
+                             l2_norm_clip=CLIP, noise_multiplier=0.5)
+  with pytest.raises(ValueError, match="per_example_method='auto'"):
+    model.fit(x, y, batch_size=6, epochs=1, verbose=0)
 
 
 def test_register_rule_refuses_names():

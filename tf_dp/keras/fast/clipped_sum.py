@@ -22,6 +22,7 @@ ordinary training step.
 
 import tensorflow as tf
 
+from tf_dp.keras import compat
 from tf_dp.keras import model_checks
 from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
@@ -98,6 +99,45 @@ def clipping_plan(model):
   return plan
 
 
+VECTORIZED_EINSUM_ERROR = (
+    "Layer {name!r} ({cls}) would run under tf.vectorized_map, where "
+    "TensorFlow {version}'s oneDNN kernels corrupt memory for the einsum / "
+    "matmul it builds (rank-4 x rank-2; tensorflow#117700, fixed upstream by "
+    "#120199). Use per_example_method='auto' (the default) and an "
+    "EinsumDense configuration the fast rule supports (no LoRA, no "
+    "quantization): tf_dp's fast path computes EinsumDense and "
+    "MultiHeadAttention gradients without vectorized_map.")
+
+
+def _einsum_classes():
+  classes = []
+  for keras in (compat.keras3(), compat.keras2()):
+    if keras is not None:
+      classes += [keras.layers.EinsumDense, keras.layers.MultiHeadAttention]
+  return tuple(classes)
+
+
+def vectorized_map_hazard(layers):
+  """An error message if any of ``layers`` must not run under
+  ``tf.vectorized_map`` on this TensorFlow, else None.
+
+  TF >= 2.16 with oneDNN (the default on x86) corrupts memory for the
+  rank-4 x rank-2 matmul that EinsumDense builds under vectorized_map (the
+  whole-model ``per_example_method="vectorized"`` path, or the per-layer
+  fallback for an EinsumDense the fast rule does not support). TF 2.15 is
+  not affected.
+  """
+  version = tuple(int(v) for v in tf.__version__.split(".")[:2])
+  if version < (2, 16):
+    return None
+  classes = _einsum_classes()
+  for layer in layers:
+    if isinstance(layer, classes):
+      return VECTORIZED_EINSUM_ERROR.format(
+          name=layer.name, cls=type(layer).__name__, version=tf.__version__)
+  return None
+
+
 def _records(tensor, num_microbatches):
   batch = tf.shape(tensor)[0]
   return batch if num_microbatches is None else tf.constant(num_microbatches)
@@ -136,6 +176,9 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       raise FastPathUnavailable(f"layer {unit.name!r} takes tensor keyword "
                                 "arguments")
     if rules[id(unit)] is None:
+      hazard = vectorized_map_hazard([unit])
+      if hazard:
+        raise ValueError(hazard)
       rules[id(unit)] = rules_lib.LocalVectorizedRule(
           session.original_call(unit)[0])
   outputs = [session.taps[id(u)].output for u in units]
