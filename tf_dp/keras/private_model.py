@@ -11,6 +11,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 
 import types
 
+from absl import logging
 import tensorflow as tf
 
 from tf_dp.keras import compat
@@ -63,16 +64,57 @@ def _dp_train_step(self, data):
   return logs
 
 
+def _first_batch(self, args, kwargs):
+  """A few examples of what ``fit`` will train on, or None if unknown."""
+  keras = compat.module_for(self._tf_dp_flavor)  # pylint: disable=protected-access
+  x = kwargs.get("x", args[0] if args else None)
+  if isinstance(x, tf.data.Dataset):
+    for batch in x.take(1):
+      return keras.utils.unpack_x_y_sample_weight(batch)
+    return None
+  y = kwargs.get("y", args[1] if len(args) > 1 else None)
+  if x is None or y is None or not all(
+      hasattr(t, "shape") for t in tf.nest.flatten((x, y))):
+    return None
+  take = lambda t: None if t is None else t[:8]
+  return (tf.nest.map_structure(take, x), tf.nest.map_structure(take, y),
+          take(kwargs.get("sample_weight")))
+
+
+def _self_check(self, args, kwargs):
+  """``check_privacy`` on the first batch of the first ``fit``."""
+  if not self._tf_dp_self_check or getattr(self, "_tf_dp_checked", False):  # pylint: disable=protected-access
+    return
+  from tf_dp.keras import privacy_check  # pylint: disable=g-import-not-at-top
+  try:
+    batch = _first_batch(self, args, kwargs)
+  except (TypeError, ValueError, tf.errors.OpError) as e:
+    batch = None
+    logging.warning("tf_dp privacy self-check skipped: %s", e)
+  if batch is None or getattr(self, "optimizer", None) is None:
+    return
+  x, y, sample_weight = batch
+  try:
+    privacy_check.check_privacy(self, x, y, sample_weight)
+  except privacy_check.PrivacyCheckError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning("tf_dp privacy self-check could not run (%s: %s); "
+                    "training continues without it.", type(e).__name__, e)
+  self._tf_dp_checked = True  # pylint: disable=protected-access
+
+
 def _dp_fit(self, *args, **kwargs):
-  """``fit`` with tf_dp's lot-boundary guard among the callbacks."""
+  """``fit`` with tf_dp's self-check and lot-boundary guard."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
+  _self_check(self, args, kwargs)
   callbacks = kwargs.pop("callbacks", None)
   callbacks = list(callbacks or [])
   callbacks.insert(0, callbacks_lib.LotBoundaryGuard())
   return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
 
 
-def make_private(model):
+def make_private(model, self_check=True):
   """Converts a Keras model in place so that ``fit`` trains with DP-SGD.
 
   Works for Sequential, Functional and subclassed models on Keras 3 and
@@ -81,10 +123,15 @@ def make_private(model):
   Privacy contract: see ``tf_dp.DPOptimizer``. The conversion refuses
   models whose per-example gradients would not be per-example
   (BatchNormalization, activity regularisers) and makes Keras 3 dropout draw
-  an independent mask per example.
+  an independent mask per example. The first ``fit`` runs
+  ``tf_dp.keras.check_privacy`` on a few examples of its first batch: a
+  layer that mixes examples, or a fast rule that disagrees with the
+  per-example reference, stops training before any step with the reason.
 
   Args:
     model: A Keras model (built or not).
+    self_check: Run the privacy self-check on the first ``fit`` (a few
+      seconds, once; later steps are not affected).
 
   Returns:
     The same model object, converted.
@@ -101,6 +148,7 @@ def make_private(model):
                      "nothing to train privately.")
   model_checks.validate_and_prepare(model, flavor)
   model._tf_dp_flavor = flavor  # pylint: disable=protected-access
+  model._tf_dp_self_check = bool(self_check)  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
   return model

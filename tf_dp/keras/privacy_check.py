@@ -1,0 +1,185 @@
+"""A privacy self-check of the user's own model on a few real examples.
+
+Per-example clipping bounds what one example can do only if each example's
+gradient depends on that example alone. Keras layers that break this are
+refused by name (BatchNormalization), but a custom layer with a batch
+statistic, or a subclass nobody listed, would pass unseen. ``check_privacy``
+runs the model on a few examples, changes one of them, and verifies:
+
+1. every other example's gradient (from the batched forward and backward
+   pass, as training computes it) is unchanged; if not, the first layer
+   whose output for another example changed is named;
+2. the fast clipped sum (ghost norms and per-layer rules) equals the
+   reference per-example sum from ``tf.vectorized_map``, with a clip that
+   binds and one that does not.
+
+Random layers draw the same randomness in the runs that are compared (the
+global seed is fixed for the check and restored afterwards). It releases
+nothing: it only raises or returns.
+"""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
+
+from tf_dp.dp_query.gaussian_query import GaussianSumQuery
+from tf_dp.keras import compat
+from tf_dp.keras import losses as losses_lib
+from tf_dp.keras import model_checks
+from tf_dp.keras import per_example
+from tf_dp.keras.fast import clipped_sum as fast_clipping
+from tf_dp.keras.fast import taps as taps_lib
+
+_SEED = 20181029
+_RTOL = 1e-4  # float32 sums of a few gradients, two computation orders.
+
+
+class PrivacyCheckError(ValueError):
+  """The model mixes examples, or the fast path disagrees with the reference."""
+
+
+def _rows(structure, rows):
+  return tf.nest.map_structure(
+      lambda t: None if t is None else tf.gather(tf.convert_to_tensor(t),
+                                                 rows), structure)
+
+
+def _is_model(layer):
+  return hasattr(layer, "layers") and hasattr(layer, "compile")
+
+
+def _seeded(fn):
+  previous = random_seed.get_seed(None)[0]
+  tf.random.set_seed(_SEED)
+  try:
+    return fn()
+  finally:
+    tf.random.set_seed(previous)
+
+
+def _per_example_grads_and_outputs(model, loss_fn, x, y, w):
+  """Jacobian of the per-example losses from one batched pass, and every
+  layer's output, in call order."""
+  layers = [l for l in model_checks.all_layers(model) if not _is_model(l)]
+  variables = model.trainable_variables
+  with taps_lib.TapSession(layers, {}) as session:
+    with tf.GradientTape(persistent=True) as tape:
+      y_pred = model(x, training=True)
+      losses = loss_fn(y, y_pred, w)
+  jac = tape.jacobian(losses, variables, experimental_use_pfor=False)
+  jac = [tf.zeros([losses.shape[0], *v.shape]) if j is None else j
+         for j, v in zip(jac, variables)]
+  outputs = [(session.taps[k].layer, session.taps[k].output)
+             for k in session.taps]
+  return jac, outputs
+
+
+def _changed(a, b, rows):
+  a = np.asarray(tf.convert_to_tensor(a))[rows]
+  b = np.asarray(tf.convert_to_tensor(b))[rows]
+  scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-12)
+  return np.abs(a - b).max(initial=0.0) > _RTOL * scale
+
+
+def _check_independence(model, loss_fn, x, y, w, xn, yn, m):
+  jac, outs = _seeded(lambda: _per_example_grads_and_outputs(
+      model, loss_fn, x, y, w))
+  jac_n, outs_n = _seeded(lambda: _per_example_grads_and_outputs(
+      model, loss_fn, xn, yn, w))
+  others = list(range(1, m))
+  if not any(_changed(a, b, others) for a, b in zip(jac, jac_n)):
+    return
+  for (layer, out), (_, out_n) in zip(outs, outs_n):
+    flat, flat_n = tf.nest.flatten(out), tf.nest.flatten(out_n)
+    if any(_changed(a, b, others) for a, b in zip(flat, flat_n)
+           if tf.is_tensor(a)):
+      raise PrivacyCheckError(
+          f"Layer {layer.name!r} ({type(layer).__name__}) mixes examples: "
+          f"its output for one example changed when another example "
+          f"changed, so per-example clipping would not bound what one "
+          f"example contributes. Replace it with a layer that treats "
+          f"each example on its own (for batch statistics: "
+          f"LayerNormalization, GroupNormalization or "
+          f"tf_dp.keras.layers.DPBatchNormalization).")
+  names = [v.name for v, a, b in zip(model.trainable_variables, jac, jac_n)
+           if _changed(a, b, others)]
+  raise PrivacyCheckError(
+      f"The gradients of variables {names} for one example changed when "
+      f"another example changed (a custom gradient or loss that mixes "
+      f"examples): per-example clipping would not bound what one example "
+      f"contributes.")
+
+
+def _check_fast_path(model, loss_fn, x, y, w):
+  variables = model.trainable_variables
+  if fast_clipping.fast_path_unavailable_reason(
+      model, GaussianSumQuery(1.0, 0.0)) is not None:
+    return
+  grads = _seeded(lambda: per_example.record_gradients(
+      model, loss_fn, x, y, w)[0])
+  norms = np.sqrt(sum(np.sum(np.square(np.reshape(g.numpy(), [len(g.numpy()),
+                                                             -1])), 1)
+                      for g in grads))
+  median = float(np.median(norms)) or 1.0
+  for clip in (median, 1e9):
+    query = GaussianSumQuery(clip, 0.0)
+    reference = [tf.reduce_sum(t, 0) for t in tf.vectorized_map(
+        lambda g, q=query, c=clip: q.preprocess_record(c, g), grads)]
+    try:
+      fast = _seeded(lambda q=query, c=clip: fast_clipping.clipped_batch_sum(
+          model, loss_fn, x, y, w, q, tf.constant(c, tf.float32))[0])
+    except fast_clipping.FastPathUnavailable:
+      return
+    for v, a, b in zip(variables, reference, fast):
+      a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+      if not np.allclose(a, b, rtol=_RTOL, atol=_RTOL * max(
+          np.abs(a).max(initial=0.0), 1e-6)):
+        raise PrivacyCheckError(
+            f"The fast clipped sum of variable {v.name} differs from the "
+            f"per-example reference (max difference "
+            f"{np.abs(a - b).max():.3g}): the fast rule for its layer does "
+            f"not compute per-example gradients for this model. Train with "
+            f"DPOptimizer(..., per_example_method='vectorized').")
+
+
+def check_privacy(model, x, y, sample_weight=None, num_examples=4):
+  """Verifies on a few examples that ``model`` trains privately with tf_dp.
+
+  Privacy contract: checks that (1) each example's gradient, computed from
+  a batched pass as in training, does not change when another example
+  changes, and (2) tf_dp's fast clipped sum equals the per-example
+  reference on these examples. It releases nothing; it raises or returns.
+
+  Args:
+    model: A Keras model converted with ``tf_dp.keras.make_private`` and
+      compiled (its loss is used).
+    x, y: A batch (arrays or tensors, nests allowed) of at least 2 examples;
+      the first ``num_examples`` are used.
+    sample_weight: Optional per-example weights.
+    num_examples: How many examples to use (2 or more).
+
+  Raises:
+    PrivacyCheckError: naming the layer (or variables) that mixes examples,
+      or the variable whose fast clipped sum is wrong.
+
+  Example:
+    >>> tf_dp.keras.check_privacy(model, x_train[:8], y_train[:8])
+  """
+  flavor = compat.flavor_of(model)
+  loss_fn = losses_lib.per_example_loss_fn(model, flavor)
+  batch = int(tf.shape(tf.nest.flatten(x)[0])[0])
+  m = min(int(num_examples), batch)
+  if m < 2:
+    raise ValueError("check_privacy needs a batch of at least 2 examples; "
+                     f"got {batch}.")
+  rows = list(range(m))
+  # The neighbour: example 0 replaced by another example of the batch.
+  neighbour_rows = [m if batch > m else 1] + rows[1:]
+  xn, yn = _rows(x, neighbour_rows), _rows(y, neighbour_rows)
+  x, y = _rows(x, rows), _rows(y, rows)
+  w = (tf.ones([m]) if sample_weight is None
+       else tf.cast(_rows(sample_weight, rows), tf.float32))
+  if not model.built:
+    model(x)
+  _check_independence(model, loss_fn, x, y, w, xn, yn, m)
+  _check_fast_path(model, loss_fn, x, y, w)
