@@ -37,15 +37,9 @@ INDEPENDENT = (0.7, 2.1)
 
 def _compiled(K, secure=False, jit_compile=None):
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
-  if secure:
-    model.build((None, 6))
-    query = tf_dp.build_query(model.trainable_variables, CLIP, Z,
-                              secure_mode=True)
-    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(LR), dp_query=query,
-                                  population_size=64)
-  else:
-    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(LR), l2_norm_clip=CLIP,
-                                  noise_multiplier=Z, population_size=64)
+  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(LR), l2_norm_clip=CLIP,
+                                noise_multiplier=Z, population_size=64,
+                                secure_mode=secure)
   kwargs = {} if jit_compile is None else {"jit_compile": jit_compile}
   loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
   model.compile(optimizer=optimizer, loss=loss, **kwargs)
@@ -243,6 +237,14 @@ def test_secure_mode_trains_with_the_configured_noise(K):
   assert 0.75 < np.std(noises) / (Z * CLIP) < 1.25
   assert abs(np.corrcoef(noises[0], noises[1])[0, 1]) < 5 / math.sqrt(53)
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 4
+
+
+def test_secure_mode_with_a_custom_query_points_to_build_query():
+  K = KERAS[0].values[0]
+  query = tf_dp.GaussianSumQuery(CLIP, Z * CLIP)
+  with pytest.raises(ValueError, match="build_query"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(LR), dp_query=query,
+                      population_size=64, secure_mode=True)
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -64,7 +64,8 @@ class _DPMixin:
       cfg = self._dp_config
       templates = [tf.zeros(v.shape, v.dtype.base_dtype) for v in var_list]
       query = cfg.dp_query or allocation.build_query(
-          templates, cfg.l2_norm_clip, cfg.noise_multiplier)
+          templates, cfg.l2_norm_clip, cfg.noise_multiplier,
+          secure_mode=cfg.secure_mode)
       ledger = PrivacyLedger(
           cfg.population_size,
           cfg.sampling_probability or 1.0 / cfg.population_size,

@@ -29,6 +29,7 @@ class DPConfig:
   max_lots: int = 100000
   per_example_method: str = "auto"
   metrics_noise_stddev: Optional[float] = None
+  secure_mode: bool = False
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
@@ -36,6 +37,13 @@ class DPConfig:
       raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
                       f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
                       f"{self.dp_query!r}.")
+    if not isinstance(self.secure_mode, bool):
+      raise ValueError(f"secure_mode must be True or False; got "
+                       f"{self.secure_mode!r}.")
+    if self.dp_query is not None and self.secure_mode:
+      raise ValueError("secure_mode=True with a custom dp_query: build the "
+                       "query with tf_dp.build_query(..., secure_mode=True) "
+                       "and pass it as dp_query instead.")
     if self.dp_query is None:
       if (not isinstance(self.l2_norm_clip, numbers.Real)
           or math.isnan(self.l2_norm_clip) or self.l2_norm_clip <= 0

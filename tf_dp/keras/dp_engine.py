@@ -9,7 +9,8 @@ and the wrapped optimizer applies the result.
 
 State (the query's global state, the lot's running sum, counters) lives in
 ``tf.Variable``s owned by this module, so it is checkpointed with the
-optimizer and works inside ``model.fit`` graphs.
+optimizer and works inside ``model.fit`` graphs. The noise key is not part
+of it: it lives in the process only (``tf_dp.dp_query.noise``).
 """
 
 from absl import logging
@@ -93,7 +94,8 @@ class DPEngine(tf.Module):
       grad_query = allocation.build_query(templates, cfg.l2_norm_clip,
                                           cfg.noise_multiplier,
                                           clipping=cfg.clipping,
-                                          noise=cfg.noise_allocation)
+                                          noise=cfg.noise_allocation,
+                                          secure_mode=cfg.secure_mode)
     self._grad_query = grad_query
     parts = {"grads": grad_query}
     part_templates = {"grads": templates}
@@ -104,7 +106,7 @@ class DPEngine(tf.Module):
         self._bn_layers[key] = layer
         parts[key] = BatchNormStatsQuery(
             layer.l2_norm_clip, layer.noise_multiplier * layer.l2_norm_clip,
-            expected_num_records=1.0).sum_query
+            expected_num_records=1.0, secure_mode=cfg.secure_mode).sum_query
         n = int(layer.moving_mean.shape[0])
         part_templates[key] = BatchNormStats(tf.zeros([n]), tf.zeros([n]))
     if cfg.metrics_noise_stddev is not None:
@@ -112,7 +114,8 @@ class DPEngine(tf.Module):
         raise ValueError("Private metrics (metrics_noise_stddev) count "
                          "examples and cannot be combined with microbatches.")
       classes = int(model.output_shape[-1])
-      parts["metrics"] = DPMetricsQuery(classes, cfg.metrics_noise_stddev)
+      parts["metrics"] = DPMetricsQuery(classes, cfg.metrics_noise_stddev,
+                                        secure_mode=cfg.secure_mode)
       part_templates["metrics"] = None
     self._query = NestedQuery(parts)
     self.global_state = _variables_like(self._query.initial_global_state(),

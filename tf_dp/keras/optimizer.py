@@ -15,6 +15,7 @@ Usage (two extra lines against non-private training)::
 """
 
 import dataclasses
+import warnings
 
 import tensorflow as tf
 
@@ -36,7 +37,7 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
                 sampling="fixed_size", sampling_probability=None,
                 clipping="flat", noise_allocation="proportional",
                 max_lots=100000, per_example_method="auto",
-                metrics_noise_stddev=None, name=None):
+                metrics_noise_stddev=None, secure_mode=False, name=None):
   """Wraps a Keras optimizer so that it trains with DP-SGD.
 
   Privacy contract: for each record (one example, or one microbatch of
@@ -85,6 +86,10 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       vector of norm <= sqrt(3), and N(0, metrics_noise_stddev^2) is added to
       the counts once per lot, in the same ledger sample. ``fit`` then logs
       ``dp_accuracy`` (computed from the noised counts of the last lot).
+    secure_mode: Draw the noise from the operating system's cryptographic
+      generator with a floating-point hardened Gaussian sampler
+      (``tf_dp.dp_query.noise``): slower, and not available under XLA. In
+      both modes the noise key never leaves the process.
     name: Optional name.
 
   Returns:
@@ -102,7 +107,7 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       sampling=sampling, sampling_probability=sampling_probability,
       clipping=clipping, noise_allocation=noise_allocation,
       max_lots=max_lots, per_example_method=per_example_method,
-      metrics_noise_stddev=metrics_noise_stddev)
+      metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode)
   flavor = compat.flavor_of(inner)
   if flavor == "keras3":
     from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top
@@ -192,15 +197,35 @@ class DPOptimizerMixin:
 
   def load_dp_state(self, state):
     """Restores ``dp_state()`` output now, or when the DP state is built."""
-    self._pending_dp_state = optimizer_state.PendingState(state)
-    if self.dp_engine.built:
-      self._restore_pending_dp_state()
+    self._load_saved(None, state)
+
+  def _load_saved(self, keras_values, state):
+    """Assigns saved values of ``_keras_variables()`` (if not None) and the
+    DP state; what cannot be assigned yet waits for ``ensure_built``."""
+    self._pending_dp_state = optimizer_state.PendingState(state, keras_values)
+    self._restore_pending_dp_state()
 
   def _restore_pending_dp_state(self):
     pending = getattr(self, "_pending_dp_state", None)
-    if pending is not None:
+    if pending is None:
+      return
+    variables = self._keras_variables()
+    if pending.keras_values is not None and (
+        len(pending.keras_values) == len(variables)):
+      for variable, value in zip(variables, pending.keras_values):
+        variable.assign(value)
+      pending.keras_values = None
+    if not self.dp_engine.built:
+      return  # Until the model's first step builds the engine.
+    if pending.keras_values is not None:
+      warnings.warn(
+          f"The saved state of optimizer {self.name!r} has "
+          f"{len(pending.keras_values)} variables but this one has "
+          f"{len(variables)}: the wrapped optimizer starts afresh (step "
+          f"counter, slots); its privacy ledger is kept.", UserWarning)
+    if pending.state:
       optimizer_state.restore_state(self.dp_engine, pending.state)
-      self._pending_dp_state = None
+    self._pending_dp_state = None
 
   def save_own_variables(self, store):
     """Keras variables under ``"0"``, ``"1"``, ...; the DP state under
@@ -211,18 +236,11 @@ class DPOptimizerMixin:
       store[optimizer_state.PREFIX + key] = value
 
   def load_own_variables(self, store):
+    """Reverses ``save_own_variables``; an optimizer not built yet gets its
+    values when the model's first step builds it."""
     prefix = optimizer_state.PREFIX
     keys = list(store.keys())
-    variables = self._keras_variables()
-    own = [k for k in keys if not k.startswith(prefix)]
-    if len(own) != len(variables):
-      raise ValueError(
-          f"Cannot load the state of optimizer {self.name!r}: it has "
-          f"{len(variables)} variables but the saved one has {len(own)}. "
-          f"Build it first (e.g. model.optimizer.build(model."
-          f"trainable_variables)) or compile with the same optimizer.")
-    for i, variable in enumerate(variables):
-      variable.assign(store[str(i)])
-    saved = {k[len(prefix):]: store[k] for k in keys if k.startswith(prefix)}
-    if saved:
-      self.load_dp_state(saved)
+    count = len([k for k in keys if not k.startswith(prefix)])
+    self._load_saved(
+        [store[str(i)] for i in range(count)],
+        {k[len(prefix):]: store[k] for k in keys if k.startswith(prefix)})
