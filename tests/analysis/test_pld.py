@@ -271,3 +271,13 @@ def test_invalid_accountant_arguments():
     pld.PLDAccountant().get_epsilon(0.0)
   with pytest.raises(ValueError, match="count"):
     pld.PLDAccountant().compose(pld.GaussianEvent("poisson", 0.1, 1.0), -1)
+
+
+@pytest.mark.filterwarnings("ignore:The optimal Renyi order")
+def test_tiny_noise_is_bounded_in_time_and_memory():
+  """Losses beyond 500 nats go to +inf (pessimistic) and over-long grids
+  are coarsened, so tiny noise gives an honest answer instead of a
+  multi-gigabyte array: inf here (the true epsilon is ~1e5)."""
+  assert ours(1.0, 0.02, 100) == math.inf
+  eps = ours(0.5, 0.1, 10)
+  assert 50 < eps < rdp_epsilon(0.5, 0.1, 10)

@@ -165,26 +165,38 @@ class PLDAccountant:
     return self
 
   def _orderings(self):
-    """The composed discrete PLD of each ordering of the neighbours."""
+    """The composed discrete PLD of each ordering of the neighbours.
+
+    If the losses span too many grid points (tiny noise, huge epsilon),
+    the grid is coarsened 4x until they fit: still an upper bound.
+    """
     if self._cache is None:
-      tracks = {"remove": [], "add": []}
-      counts = coarsen_events(self._counts, self._max_distinct)
-      for event, count in counts.items():
-        q, sigma = event.sampling_probability, event.noise_multiplier
-        if event.sampling == POISSON:
-          for direction in tracks:
-            tracks[direction].append((single_event_pld(
-                direction, q, sigma, 1.0, self._h, self._tail), count))
-        else:
-          pld = single_event_pld("symmetric", q, sigma, 2.0, self._h,
-                                 self._tail)
-          for direction in tracks:
-            tracks[direction].append((pld, count))
-      if all(e.sampling != POISSON for e in counts):
-        del tracks["add"]  # Symmetric events only: both orderings agree.
-      self._cache = [pld_discrete.compose_all(plds, self._tail, self._h)
-                     for plds in tracks.values()]
+      h = self._h
+      while True:
+        try:
+          self._cache = self._compose_on_grid(h)
+          break
+        except pld_discrete.GridTooFine:
+          h *= 4.0
     return self._cache
+
+  def _compose_on_grid(self, h):
+    tracks = {"remove": [], "add": []}
+    counts = coarsen_events(self._counts, self._max_distinct)
+    for event, count in counts.items():
+      q, sigma = event.sampling_probability, event.noise_multiplier
+      if event.sampling == POISSON:
+        for direction in tracks:
+          tracks[direction].append((single_event_pld(
+              direction, q, sigma, 1.0, h, self._tail), count))
+      else:
+        pld = single_event_pld("symmetric", q, sigma, 2.0, h, self._tail)
+        for direction in tracks:
+          tracks[direction].append((pld, count))
+    if all(e.sampling != POISSON for e in counts):
+      del tracks["add"]  # Symmetric events only: both orderings agree.
+    return [pld_discrete.compose_all(plds, self._tail, h)
+            for plds in tracks.values()]
 
   def get_delta(self, epsilon):
     """Smallest delta such that the composition is (epsilon, delta)-DP."""

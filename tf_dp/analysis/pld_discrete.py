@@ -49,6 +49,18 @@ from scipy import signal
 from scipy import special
 
 
+# Losses beyond +-MAX_LOSS nats are not represented: above, the connect-the-
+# dots construction puts the mass at +inf (pessimistic); below, it moves it
+# up to -MAX_LOSS. Keeps e^loss finite and arrays bounded.
+MAX_LOSS = 500.0
+# Longest grid an array may span; a longer one raises ``GridTooFine``.
+MAX_POINTS = 2 ** 22
+
+
+class GridTooFine(ValueError):
+  """The losses span more than ``MAX_POINTS`` grid points at this spacing."""
+
+
 class DiscretePld:
   """A pmf on the grid ``(lo + k) h`` plus a mass at +inf (immutable)."""
 
@@ -74,8 +86,13 @@ class DiscretePld:
       eps_lo, eps_hi: Loss range; outside it mass is moved up (see module).
       h: Grid spacing of the losses.
     """
+    eps_lo = min(max(eps_lo, -MAX_LOSS), MAX_LOSS - h)
+    eps_hi = min(max(eps_hi, eps_lo + h), MAX_LOSS)
     i_lo = math.floor(eps_lo / h)
     i_hi = max(math.ceil(eps_hi / h), i_lo + 1)
+    if i_hi - i_lo > MAX_POINTS:
+      raise GridTooFine(f"losses in [{eps_lo:.3g}, {eps_hi:.3g}] span more "
+                        f"than {MAX_POINTS} points of spacing {h}.")
     knots = np.arange(i_lo, i_hi + 1) * h
     delta = profile(knots)
     a = np.exp(knots)
@@ -240,15 +257,20 @@ def compose_all(items, tail_mass, h):
     return DiscretePld.identity(h)
   if any(pld.h != h for pld, _ in items):
     raise ValueError("All PLDs must share the grid spacing h.")
+  finite = math.prod((1.0 - pld.inf_mass) ** count for pld, count in items)
+  if finite == 0 or any(not np.any(pld.pmf > 0) for pld, _ in items):
+    return DiscretePld(h, 0, np.zeros(1), 1.0)  # All mass at +inf.
   lo, hi, cut_lo, cut_hi = _window(items, tail_mass)
+  if hi - lo > MAX_POINTS:
+    raise GridTooFine(f"the composed losses span {hi - lo} points of spacing "
+                      f"{h} (more than {MAX_POINTS}).")
   size = sp_fft.next_fast_len(hi - lo + 1, real=True)
-  spectrum, offset, finite = None, 0, 1.0
+  spectrum, offset = None, 0
   for pld, count in items:
     s = sp_fft.rfft(_folded(np.maximum(pld.pmf, 0.0), size), size)
     s = _power(s, count)
     spectrum = s if spectrum is None else spectrum * s
     offset += count * pld.lo
-    finite *= (1.0 - pld.inf_mass) ** count
   circular = sp_fft.irfft(spectrum, size)
   window = np.maximum(np.roll(circular, -((lo - offset) % size)), 0.0)
   out_of_window = tail_mass * (int(cut_lo) + int(cut_hi))
