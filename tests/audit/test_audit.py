@@ -62,3 +62,14 @@ def test_dp_sgd_step_audit_holds_and_broken_mechanisms_fail(K):
         K, 2.0, trials=300, dp_query=broken)
     assert claimed_b == pytest.approx(claimed)  # the ledger is fooled...
     assert lower_b > claimed_b                  # ...the audit is not.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K", helpers.keras_modules())
+def test_fit_audit_with_a_string_loss_and_accumulation_holds(K):
+  # One lot of make_private + fit (loss "mse", 2 batches per lot): the
+  # claim is the single-release epsilon of noise multiplier 2 (exactly 1.99;
+  # 2.17 by RDP); the lower bound from 200 trials per side stays below it.
+  claimed, lower = dpsgd_audit.audit_dp_sgd_fit(K, 2.0, trials=200)
+  assert 1.98 < claimed < 2.18
+  assert 0 <= lower < claimed

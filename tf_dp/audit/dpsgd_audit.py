@@ -59,3 +59,53 @@ def audit_dp_sgd_step(keras, noise_multiplier, l2_norm_clip=1.0, batch=16,
   lower, _ = bounds.best_threshold_epsilon_lower_bound(without, with_, delta,
                                                        alpha)
   return claimed, lower
+
+
+def audit_dp_sgd_fit(keras, noise_multiplier, l2_norm_clip=1.0, batch=8,
+                     accumulation=2, dims=4, trials=500, delta=1e-5,
+                     alpha=0.05):
+  """``(claimed_epsilon, empirical_lower_bound)`` of one lot of ``fit``.
+
+  As ``audit_dp_sgd_step``, through everything a user runs: ``make_private``,
+  ``compile`` with a loss given by name (``"mse"``, labels of shape ``(B,)``
+  against an output of shape ``(B, 1)``), ``model.fit`` on a dataset whose
+  lot is ``accumulation`` batches (``gradient_accumulation_steps``), one
+  lot per trial.
+  """
+  n = batch * accumulation
+  model = keras.Sequential([keras.layers.Input((dims,)),
+                            keras.layers.Dense(1, use_bias=False,
+                                               kernel_initializer="zeros")])
+  model = tf_dp.keras.make_private(model, self_check=False)
+  optimizer = tf_dp.DPOptimizer(
+      keras.optimizers.SGD(1.0), l2_norm_clip=l2_norm_clip,
+      noise_multiplier=noise_multiplier, population_size=n,
+      sampling="poisson", sampling_probability=1.0,
+      gradient_accumulation_steps=accumulation, max_lots=2 * trials + 10)
+  model.compile(optimizer=optimizer, loss="mse")
+  x = np.zeros((n, dims), np.float32)
+  x[0, 0] = 10.0  # the canary, in the lot's first batch.
+  y = np.zeros((n,), np.float32)
+  y[0] = 10.0
+  kernel = model.trainable_variables[0]
+  zeros = np.zeros(kernel.shape, np.float32)
+  scale = n / l2_norm_clip
+
+  def scores(canary):
+    weights = np.ones(n, np.float32)
+    weights[0] = float(canary)
+    data = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(batch)
+    out = np.empty(trials)
+    for i in range(trials):
+      kernel.assign(zeros)
+      model.fit(data, epochs=1, verbose=0, shuffle=False)
+      out[i] = float(kernel.numpy()[0, 0]) * scale
+    return out
+
+  without, with_ = scores(False), scores(True)
+  first = optimizer.ledger.to_dict(ledger_format="tf_dp.privacy_ledger/1")
+  first["samples"] = first["samples"][:1]
+  claimed, _ = tf_dp.analysis.compute_epsilon_from_ledger(first, delta)
+  lower, _ = bounds.best_threshold_epsilon_lower_bound(without, with_, delta,
+                                                       alpha)
+  return claimed, lower
