@@ -108,7 +108,7 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
   Example:
     >>> eps, _ = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)  # 2.38
     >>> eps, order = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5,
-    ...                                     accountant="rdp")  # 2.60, 13
+    ...                                     accountant="rdp")  # 2.60, 8
   """
   accountant = resolve_accountant(accountant, conversion=conversion,
                                   orders=orders)
