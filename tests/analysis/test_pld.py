@@ -149,7 +149,8 @@ def test_fixed_size_single_step_closed_form():
 
 
 def test_fixed_size_profile_is_amplified_gaussian():
-  """Balle et al. (2018) Thm. 10 identity the symmetric pair is built on."""
+  """The amplification identity (Balle, Barthe & Gaboardi 2018) behind the
+  symmetric pair: delta'(log(1 + q (e^eps - 1))) = q delta(eps)."""
   q, sigma = 0.2, 1.0
   profile = pld_gaussian.privacy_profile("symmetric", q, sigma, 2.0)
   for eps in (0.5, 1.0, 3.0):

@@ -23,7 +23,7 @@ of privacy loss distributions"):
    because ``sum_i mass_i e^{-l_i} = (1 - delta(eps_lo)) / a_lo <= 1``
    (``H_a >= 1 - a``). Its profile dominates the true one for *every* ``a``,
    so the discrete pair dominates the mechanism, and dominating pairs
-   compose (Zhu, Dong & Wang 2022, Thm. 10): the composition of the discrete
+   compose (Zhu, Dong & Wang 2022): the composition of the discrete
    PLDs bounds the composition of the mechanisms.
 2. *Composition* is the convolution of the pmfs (losses add, independent
    steps); the infinite masses combine as ``1 - prod(1 - inf_mass)``.

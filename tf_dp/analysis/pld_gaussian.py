@@ -9,7 +9,7 @@ divergence as a function of epsilon,
 and a pair (P, Q) *dominates* a mechanism M if
 ``H_a(M(D) || M(D')) <= H_a(P || Q)`` for every ordered neighbouring pair and
 every ``a = e^eps >= 0`` (Zhu, Dong & Wang 2022, "Optimal accounting of
-differential privacy via characteristic function", Def. 7). All pairs below
+differential privacy via characteristic function"). All pairs below
 are one-dimensional Gaussian mixtures whose privacy loss is monotone in the
 output ``o``, so ``{L > eps}`` is a half-line and the profile is a few normal
 tail probabilities. Units: clip norm 1, noise stddev ``sigma`` (the noise
@@ -18,8 +18,8 @@ multiplier), L2 sensitivity ``sens``.
 Pairs used (``q`` the sampling probability):
 
 * ``"remove"``: P = (1-q) N(0, s^2) + q N(sens, s^2), Q = N(0, s^2). Poisson
-  sampling, add/remove-one neighbours, D' = D plus one record: Mironov,
-  Talwar & Zhang (2019) Thm. 4 / Zhu et al. (2022) Thm. 11.
+  sampling, add/remove-one neighbours, D' = D plus one record (Mironov,
+  Talwar & Zhang 2019; Zhu et al. 2022).
 * ``"add"``: P = N(0, s^2), Q = (1-q) N(0, s^2) + q N(sens, s^2): the other
   ordering of the same neighbours. For add/remove neighbours a fixed pair of
   datasets is in the same ordering at every step, so a composition is
@@ -27,10 +27,14 @@ Pairs used (``q`` the sampling probability):
   "add" pairs for the other; the accountant reports the worse of the two.
 * ``"symmetric"``: sampling a fixed-size batch of m of n records without
   replacement, replace-one neighbours (sensitivity 2 for the Gaussian sum,
-  ``q = m / n``). Balle, Barthe & Gaboardi (2018), "Privacy amplification by
-  subsampling", Thm. 10 (advanced joint convexity, coupling a batch without
-  the replaced record with one containing it) gives, for both orderings and
-  every eps' >= 0,
+  ``q = m / n``). Balle, Barthe & Gaboardi (2018, "Privacy amplification by
+  subsampling: tight analyses via couplings and divergences"; their bound
+  for sampling without replacement under substitution) gives, for both
+  orderings and every eps' >= 0, the following. Couple a batch B without
+  the replaced record with B' = B - {j} + {record} (j uniform in B); then
+  M(D) and M(D') are mixtures ``(1-q) N(a) + q N(b)`` and
+  ``(1-q) N(a) + q N(c)`` with means pairwise at most 2C apart, and by
+  advanced joint convexity and joint convexity
   ``H_{e^eps'}(M(D) || M(D')) <= q H_{e^eps}(N(2, s^2) || N(0, s^2))`` with
   ``e^eps' = 1 + q (e^eps - 1)``, and the right-hand side equals
   ``H_{e^eps'}(q N(2) + (1-q) N(0) || N(0))`` exactly (expand the positive
@@ -40,9 +44,10 @@ Pairs used (``q`` the sampling probability):
   ordering into a bound for a < 1, giving the profile
   ``delta(eps) = d(eps)`` for eps >= 0 and ``1 - e^eps + e^eps d(-eps)`` for
   eps < 0, with ``d`` the "remove" profile at sensitivity 2. This is the
-  profile of the *symmetrised* pair (Zhu et al. 2022, Sec. 5; Dong, Roth & Su
-  2022, Prop. 2.12: a symmetric family of (eps, delta(eps)) guarantees is
-  one trade-off function); it is a valid privacy loss distribution because
+  profile of the *symmetrised* pair (Zhu et al. 2022; Dong, Roth & Su 2022,
+  "Gaussian differential privacy": a symmetric family of (eps, delta(eps))
+  guarantees is one trade-off function); it is a valid privacy loss
+  distribution because
   ``P(L > 0) + Q(L > 0) <= 1`` for this mixture. It dominates every ordered
   pair for all a >= 0, so it may be composed.
 """
