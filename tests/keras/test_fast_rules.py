@@ -23,13 +23,32 @@ CLIP = 0.5
 FALLBACK = "local vectorized_map"
 
 
+def _compile_dp(K, model, population_size, learning_rate=0.1,
+                l2_norm_clip=1.0, noise_multiplier=1.0, **dp_kwargs):
+  """``helpers.compile_dp`` without make_private's first-fit self-check.
+
+  The self-check's reference runs the whole model under tf.vectorized_map,
+  which crashes the process for Keras 3 MultiHeadAttention under TF 2.21's
+  oneDNN (the bug these rules avoid); the comparisons here use a loop.
+  """
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  model = tf_dp.keras.make_private(model, self_check=False)
+  model.compile(
+      optimizer=tf_dp.DPOptimizer(
+          K.optimizers.SGD(learning_rate), l2_norm_clip=l2_norm_clip,
+          noise_multiplier=noise_multiplier, population_size=population_size,
+          **dp_kwargs),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
 def _fast_step_matches_loop(K, model, x, y, num_microbatches=None):
   microbatch = 1 if num_microbatches is None else len(x) // num_microbatches
   expected = helpers.reference_update(model, x, y, CLIP, 1.0, microbatch)
   kwargs = {} if num_microbatches is None else {
       "num_microbatches": num_microbatches}
   with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    model = helpers.compile_dp(K, model, population_size=len(x),
+    model = _compile_dp(K, model, population_size=len(x),
                                learning_rate=1.0, l2_norm_clip=CLIP,
                                noise_multiplier=0.0,
                                per_example_method="fast", **kwargs)
@@ -114,7 +133,7 @@ def test_multi_head_attention_with_microbatches(K):
 def test_attention_and_einsum_train_under_defaults(K):
   """DP fit with noise: finite and decreasing loss (no oneDNN corruption)."""
   x, y = _tokens(128, seed=2)
-  model = helpers.compile_dp(K, _attention_model(K), population_size=128,
+  model = _compile_dp(K, _attention_model(K), population_size=128,
                              learning_rate=0.5, noise_multiplier=0.3)
   history = model.fit(x, y, batch_size=32, epochs=6, verbose=0).history
   losses = history["loss"]
@@ -233,7 +252,7 @@ def test_unsupported_einsum_dense_is_refused_not_vectorized():
   layer.enable_lora(2)
   assert rules.rule_for(layer) is None
   x, y = _data((5,))
-  model = helpers.compile_dp(K, model, population_size=6, learning_rate=1.0,
+  model = _compile_dp(K, model, population_size=6, learning_rate=1.0,
                              l2_norm_clip=CLIP, noise_multiplier=0.5)
   with pytest.raises(ValueError, match="per_example_method='auto'"):
     model.fit(x, y, batch_size=6, epochs=1, verbose=0)
