@@ -20,11 +20,14 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.analysis import ledger_schema
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
 
-SAMPLING_METHODS = ("poisson", "fixed_size")
-LEDGER_FORMAT = "tf_dp.privacy_ledger/1"
+# The sampling kinds and the export format are defined once, in the
+# accountant's pure-Python schema.
+SAMPLING_METHODS = ledger_schema.SAMPLING_KINDS
+LEDGER_FORMAT = ledger_schema.FORMAT_V1
 
 
 class PrivacyLedger(tf.Module):
@@ -34,9 +37,12 @@ class PrivacyLedger(tf.Module):
     population_size: Number of records n in the private dataset.
     selection_probability: Probability q that a record is in a sample
       (Poisson), or the sample size divided by n (fixed-size).
-    sampling: ``"poisson"`` (each record independently with probability q)
-      or ``"fixed_size"`` (a uniformly random fixed-size batch, e.g. shuffled
-      batches; accounted under replace-one neighbours).
+    sampling: ``"poisson"`` (each record independently with probability q),
+      ``"fixed_size"`` (an independent uniformly random subset of fixed
+      size per sample; replace-one neighbours) or ``"shuffled"`` (batches
+      of a shuffled pass over the data, as Keras ``fit`` takes them:
+      accounted like ``"fixed_size"``, which is the conventional
+      approximation, not a guarantee; the accountant warns).
     examples_per_record: 1, or the microbatch size when a record is a
       microbatch.
     max_samples: Capacity in samples (steps). Size it for the whole run.

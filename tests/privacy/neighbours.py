@@ -34,7 +34,7 @@ class Case:
   weighting: str       # none | sample_weight | class_weight | loss_weights
   microbatches: object  # None or 2
   accumulation: int    # batches per lot
-  sampling: str        # fixed_size | poisson
+  sampling: str        # shuffled | fixed_size | poisson
   method: str          # fast | vectorized
   clip: float = 1.0
 
@@ -137,7 +137,7 @@ def lot_update(K, flavor, case, x, y, weights, initial):
   if case.weighting == "loss_weights":
     compile_kw["loss_weights"] = ([3.0, 0.5] if case.model == "two_outputs"
                                   else [3.0])
-  dp_kw = {}
+  dp_kw = dict(sampling=case.sampling)
   if case.sampling == "poisson":
     dp_kw = dict(sampling="poisson",
                  sampling_probability=BATCH * case.accumulation / POPULATION)

@@ -1,5 +1,7 @@
-"""Data helpers: Poisson sampling as the accountant assumes it, and loaders."""
+"""Data helpers: Poisson and fixed-size sampling as the accountant assumes
+them, and loaders."""
 
 from tf_dp.data.datasets import load_digits
 from tf_dp.data.datasets import load_mnist
+from tf_dp.data.fixed_size import fixed_size_sampled_batches
 from tf_dp.data.poisson import poisson_sampled_batches

@@ -8,8 +8,8 @@ accountant would compute after training.
 import warnings
 
 from tf_dp.analysis import ledger as ledger_accounting
-from tf_dp.analysis import rdp as rdp_lib
-from tf_dp.analysis.budget import max_additional_steps
+from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.keras import dp_engine as dp_engine_lib
 
 
@@ -115,7 +115,7 @@ class LotBoundaryGuard(_Callback):
   @staticmethod
   def _lots_span_epochs(engine):
     return (engine.config.gradient_accumulation_steps > 1
-            and engine.config.sampling != "poisson")
+            and engine.config.sampling == "shuffled")
 
 
 class PrivacyBudget(_Callback):
@@ -134,10 +134,14 @@ class PrivacyBudget(_Callback):
   Args:
     delta: The delta of the reported (epsilon, delta).
     target_epsilon: Optional budget.
-    orders: Renyi orders for the accountant.
+    orders: Renyi orders (RDP accountant only).
+    accountant: ``"pld"`` (privacy loss distributions, the tightest) or
+      ``"rdp"``; None means ``"pld"`` unless ``orders`` is given, as in
+      ``tf_dp.analysis.compute_epsilon_from_ledger``.
   """
 
-  def __init__(self, delta, target_epsilon=None, orders=None):
+  def __init__(self, delta, target_epsilon=None, orders=None,
+               accountant=None):
     super().__init__()
     if not 0 < delta < 1:
       raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
@@ -145,7 +149,9 @@ class PrivacyBudget(_Callback):
       raise ValueError(f"target_epsilon must be > 0; got {target_epsilon!r}.")
     self.delta = delta
     self.target_epsilon = target_epsilon
-    self.orders = list(orders or rdp_lib.DEFAULT_ORDERS)
+    self.orders = None if orders is None else list(orders)
+    self.accountant = privacy_lib.resolve_accountant(accountant,
+                                                     orders=orders)
     self.epsilons = []
     self.exceeded = False
     self._allowed_lots = None
@@ -164,19 +170,18 @@ class PrivacyBudget(_Callback):
 
   def epsilon(self):
     return ledger_accounting.compute_epsilon_from_ledger(
-        self.ledger, self.delta, self.orders)[0]
+        self.ledger, self.delta, orders=self.orders,
+        accountant=self.accountant)[0]
 
   def _plan(self):
-    data = ledger_accounting.ledger_as_dict(self.ledger)
-    if not data["samples"]:
+    runs = ledger_accounting.ledger_event_runs(self.ledger)
+    if not runs:
       return
-    spent = ledger_accounting.compute_rdp_from_ledger(data, self.orders)
-    last = dict(data, samples=data["samples"][-1:])
-    step = ledger_accounting.compute_rdp_from_ledger(last, self.orders)
-    more = max_additional_steps(self.orders, spent, step, self.target_epsilon,
-                                self.delta)
+    more = max_additional_steps_for_events(
+        runs, runs[-1][0], self.target_epsilon, self.delta,
+        accountant=self.accountant, orders=self.orders)
     self.exceeded = more < 0
-    self._allowed_lots = len(data["samples"]) + max(more, 0)
+    self._allowed_lots = sum(count for _, count in runs) + max(more, 0)
 
   def _limit_lots(self):
     """Plans, then lets the DP step release only the lots that fit.

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from tf_dp.privacy_ledger import PrivacyLedger
 
-SAMPLINGS = ("fixed_size", "poisson")
+SAMPLINGS = ("shuffled", "fixed_size", "poisson")
 PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
 
 
@@ -22,7 +22,7 @@ class DPConfig:
   dp_query: Any = None
   ledger: Optional[PrivacyLedger] = None
   population_size: Optional[int] = None
-  sampling: str = "fixed_size"
+  sampling: str = "shuffled"
   sampling_probability: Optional[float] = None
   clipping: str = "flat"
   noise_allocation: str = "proportional"

@@ -34,7 +34,7 @@ def _resolve_inner(optimizer):
 def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: disable=invalid-name
                 num_microbatches=None, gradient_accumulation_steps=1,
                 dp_query=None, ledger=None, population_size=None,
-                sampling="fixed_size", sampling_probability=None,
+                sampling="shuffled", sampling_probability=None,
                 clipping="flat", noise_allocation="proportional",
                 max_lots=100000, per_example_method="auto",
                 metrics_noise_stddev=None, secure_mode=False, name=None):
@@ -66,10 +66,16 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       ``population_size`` and ``sampling``. Read it as ``.ledger``.
     population_size: Number of training examples n (required without a
       ledger).
-    sampling: ``"fixed_size"`` (shuffled batches; accounted as sampling
-      without replacement, replace-one neighbours) or ``"poisson"`` (batches
-      from ``tf_dp.data.poisson_sampled_batches``).
-    sampling_probability: q for ``"poisson"``.
+    sampling: ``"shuffled"`` (default: Keras ``fit`` on arrays or a
+      shuffled dataset; accounted as fixed-size sampling without
+      replacement, the conventional approximation, with a warning from the
+      accountant), ``"fixed_size"`` (lots from
+      ``tf_dp.data.fixed_size_sampled_batches``: independent uniform subsets,
+      replace-one neighbours) or ``"poisson"`` (lots from
+      ``tf_dp.data.poisson_sampled_batches``; add/remove neighbours). The
+      last two are guarantees.
+    sampling_probability: q for ``"poisson"``: the probability that an
+      example is in a lot (of ``gradient_accumulation_steps`` batches).
     clipping, noise_allocation: Strategies of McMahan & Andrew (2018) when no
       dp_query is given: ``"flat"``, ``"per_layer"`` or
       ``"dimension_adjusted"``; ``"proportional"`` or
