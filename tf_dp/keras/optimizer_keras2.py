@@ -72,18 +72,17 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
     return _CallableList(variables)
 
   def set_weights(self, weights):
-    """Loads ``variables`` values (the ``.h5`` format's optimizer weights)."""
-    variables = self._keras_variables()
-    saved = list(weights[len(variables):])
-    for variable, value in zip(variables, weights):
+    """Loads ``variables`` values (the ``.h5`` format's optimizer weights):
+    the wrapped optimizer's first, then the ledger and open lot."""
+    count = len(self._keras_variables())
+    for variable, value in zip(self._keras_variables(), weights):
       if tuple(variable.shape) != tuple(value.shape):
         raise ValueError(
             f"Optimizer variable {variable.name} has shape {variable.shape}; "
             f"the saved value has shape {value.shape}.")
-      variable.assign(value)
-    if saved:
-      self.load_dp_state(dict(zip(optimizer_state.state_keys(len(saved)),
-                                  saved)))
+    saved = list(weights[count:])
+    self._load_saved(list(weights[:count]), dict(
+        zip(optimizer_state.state_keys(len(saved)), saved)) if saved else {})
 
   def minimize(self, loss, var_list, tape=None):
     raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)

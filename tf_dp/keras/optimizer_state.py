@@ -159,9 +159,11 @@ class PendingState:
   """A loaded state waiting for the engine to be built (not trackable, so
   never saved itself)."""
 
-  def __init__(self, state):
+  def __init__(self, state, keras_values=None):
     # Read now: values may be lazy datasets of a file about to be closed.
     self.state = {key: np.array(value) for key, value in state.items()}
+    self.keras_values = (None if keras_values is None
+                         else [np.array(value) for value in keras_values])
 
 
 class SavedArray:
