@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # Public name -> module that defines it.
 _LAZY_NAMES = {
     "analysis": "tf_dp.analysis",
+    "compat": "tf_dp.compat",
     "keras": "tf_dp.keras",
     "data": "tf_dp.data",
     "dp_pca": "tf_dp.dp_pca",

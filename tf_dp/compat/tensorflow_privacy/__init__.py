@@ -1,0 +1,61 @@
+"""TensorFlow Privacy's public names, mapped onto tf_dp.
+
+Replace ``import tensorflow_privacy`` by
+``from tf_dp.compat import tensorflow_privacy`` (or the module paths under
+``tf_dp.compat.tensorflow_privacy.privacy``). Two things TF Privacy did not
+ask for are required (see ``README.md``, "Migrating from TF Privacy"):
+
+* the model is converted with ``tf_dp.keras.make_private(model)`` (or built
+  with ``DPSequential`` / ``DPModel``, which do it);
+* the optimizer gets ``population_size=len(x_train)``, the n of the
+  accounting recorded in ``optimizer.ledger``.
+
+Like ``tf_dp`` itself, this package imports nothing (TensorFlow included)
+until a name is used; the accounting names work without TensorFlow.
+"""
+
+import importlib
+
+_PRIVACY = "tf_dp.compat.tensorflow_privacy.privacy"
+_ANALYSIS = _PRIVACY + ".analysis.compute_dp_sgd_privacy_lib"
+_QUERY = _PRIVACY + ".dp_query"
+_OPTIMIZERS = _PRIVACY + ".optimizers.dp_optimizer_keras"
+_MODELS = _PRIVACY + ".keras_models.dp_keras_model"
+
+# Public name -> module that defines it (TF Privacy's top-level names that
+# tf_dp has an equivalent for; see README for those left out).
+_LAZY_NAMES = {
+    "compute_dp_sgd_privacy": _ANALYSIS,
+    "compute_dp_sgd_privacy_statement": _ANALYSIS,
+    "DPQuery": _QUERY + ".dp_query",
+    "SumAggregationDPQuery": _QUERY + ".dp_query",
+    "GaussianSumQuery": _QUERY + ".gaussian_query",
+    "NestedQuery": _QUERY + ".nested_query",
+    "NoPrivacyAverageQuery": _QUERY + ".no_privacy_query",
+    "NoPrivacySumQuery": _QUERY + ".no_privacy_query",
+    "NormalizedQuery": _QUERY + ".normalized_query",
+    "QuantileAdaptiveClipSumQuery": _QUERY + ".quantile_adaptive_clip_sum_query",
+    "DPModel": _MODELS,
+    "DPSequential": _MODELS,
+    "DPKerasAdagradOptimizer": _OPTIMIZERS,
+    "DPKerasAdamOptimizer": _OPTIMIZERS,
+    "DPKerasSGDOptimizer": _OPTIMIZERS,
+    "make_keras_optimizer_class": _OPTIMIZERS,
+    "privacy": _PRIVACY,
+}
+
+
+def __getattr__(name):
+  module_name = _LAZY_NAMES.get(name)
+  if module_name is None:
+    raise AttributeError(
+        f"tf_dp.compat.tensorflow_privacy has no {name!r}: tf_dp has no "
+        f"equivalent of it (see README, 'Migrating from TF Privacy').")
+  module = importlib.import_module(module_name)
+  value = module if module_name.endswith("." + name) else getattr(module, name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_LAZY_NAMES))

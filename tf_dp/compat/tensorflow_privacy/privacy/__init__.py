@@ -1,0 +1,1 @@
+"""TF Privacy's ``tensorflow_privacy.privacy`` package paths, mapped onto tf_dp."""

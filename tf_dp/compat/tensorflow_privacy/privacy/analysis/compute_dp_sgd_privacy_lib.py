@@ -1,0 +1,249 @@
+"""TF Privacy's ``compute_dp_sgd_privacy_lib``, computed by tf_dp's accountants.
+
+* ``compute_dp_sgd_privacy`` keeps TF Privacy's numbers: RDP of the
+  Poisson-subsampled Gaussian at TF Privacy's orders with the tight
+  RDP-to-DP conversion (tf_dp's exact RDP; equal to TF Privacy's published
+  values to 1e-9). It assumes Poisson sampling and ignores microbatching, as
+  TF Privacy did, and warns about both.
+* ``compute_dp_sgd_privacy_statement`` writes TF Privacy's statement with
+  tf_dp's RDP (fine order grid) or PLD numbers. User-level epsilon with
+  Poisson sampling uses group privacy (Vadhan 2017, Lemma 2.2) for both
+  accountants; TF Privacy's PLD variant used a mixture-of-Gaussians PLD
+  (Ganesh 2024) that tf_dp does not implement, so tf_dp's PLD user-level
+  number is a valid but larger bound.
+
+Pure Python: no TensorFlow is imported.
+"""
+
+import enum
+import functools
+import math
+import textwrap
+import warnings
+
+from scipy import optimize
+
+from tf_dp.analysis import _validation
+from tf_dp.analysis import conversion
+from tf_dp.analysis import pld
+from tf_dp.analysis import rdp
+
+# The orders TF Privacy's compute_dp_sgd_privacy used.
+TF_PRIVACY_ORDERS = tuple([1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 4.5]
+                          + [float(x) for x in range(5, 64)]
+                          + [128.0, 256.0, 512.0])
+# tf_dp's default orders plus 1.1, 1.2, ..., 10.9: the statement's RDP grid.
+STATEMENT_ORDERS = tuple(sorted(set(rdp.DEFAULT_ORDERS)
+                                | {round(1 + x / 10, 1) for x in range(1, 100)}))
+
+_POISSON_WARNING = (
+    "compute_dp_sgd_privacy assumes Poisson sampling and one example per "
+    "record, as TF Privacy's did. Keras fit(shuffle=True) draws shuffled "
+    "batches, which tf_dp accounts as fixed-size sampling (a larger epsilon):"
+    " use tf_dp.analysis.compute_dp_sgd_privacy(..., sampling="
+    "'without_replacement'), or read the epsilon of the run from "
+    "optimizer.ledger with tf_dp.analysis.compute_epsilon_from_ledger.")
+
+
+class AccountantType(enum.Enum):
+  """TF Privacy's accountant choice; both are tf_dp's own accountants."""
+  RDP = "RDP"
+  PLD = "PLD"
+
+
+def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta):
+  """Epsilon of DP-SGD by RDP, as TF Privacy computed it.
+
+  Privacy contract: ``ceil(epochs * n / batch_size)`` steps of the Gaussian
+  mechanism (noise ``noise_multiplier`` times the clip) on Poisson samples
+  of rate ``batch_size / n``, add/remove-one neighbours; RDP at
+  ``TF_PRIVACY_ORDERS``, tight conversion. Warns (``UserWarning``) that
+  this is not the accounting of shuffled Keras batches.
+
+  Args:
+    n, batch_size, noise_multiplier, epochs, delta: As TF Privacy's.
+
+  Returns:
+    ``(epsilon, optimal_order)``.
+
+  Raises:
+    ValueError: on an invalid argument, naming it (e.g. ``batch_size > n``).
+
+  Example:
+    >>> compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)  # (2.597, 8.0)
+  """
+  from tf_dp.analysis import dp_sgd_privacy  # pylint: disable=g-import-not-at-top
+  warnings.warn(_POISSON_WARNING, UserWarning, stacklevel=2)
+  return dp_sgd_privacy.compute_dp_sgd_privacy(
+      n, batch_size, noise_multiplier, epochs, delta, sampling="poisson",
+      conversion="tight", orders=TF_PRIVACY_ORDERS, accountant="rdp")
+
+
+def _log_expm1(x):
+  """log(exp(x) - 1) for x > 0, without overflow."""
+  return x + math.log(-math.expm1(-x))
+
+
+def _example_epsilon(num_epochs, noise_multiplier, delta, used_microbatching,
+                     sampling_probability, accountant_type):
+  """Example-level epsilon: ``ceil(num_epochs)`` Gaussian releases (each
+  example in every one), or ``ceil(num_epochs / q)`` Poisson steps.
+  Microbatching doubles the sensitivity (add/remove of one example changes
+  a microbatch's mean gradient by up to 2C over its size's share)."""
+  sigma = noise_multiplier / 2 if used_microbatching else noise_multiplier
+  if sigma == 0:
+    return math.inf
+  q = 1.0 if sampling_probability is None else sampling_probability
+  count = int(math.ceil(num_epochs / q - 1e-9))
+  if accountant_type == AccountantType.PLD:
+    return float(pld.dp_sgd_pld_epsilon(q, sigma, count, delta))
+  curve = rdp.compute_rdp(q, sigma, count, STATEMENT_ORDERS)
+  with warnings.catch_warnings():  # Edge orders are expected for q = 1.
+    warnings.simplefilter("ignore", RuntimeWarning)
+    return conversion.get_privacy_spent(STATEMENT_ORDERS, curve,
+                                        target_delta=delta)[0]
+
+
+def _group_epsilon(example_epsilon_at, user_delta, k):
+  """Vadhan (2017), Lemma 2.2: k-fold group privacy of (eps, delta)-DP is
+  (k eps, delta (e^{k eps} - 1) / (e^eps - 1)). Finds the example-level
+  delta whose user-level delta is ``user_delta`` (bracketing downwards in
+  steps of 10x, then Brent's method) and returns k times its epsilon;
+  ``inf`` if no example-level delta reaches ``user_delta``."""
+  target = math.log(user_delta)
+
+  def gap(log_delta):  # Increases with log_delta where finite.
+    eps = example_epsilon_at(log_delta)
+    if not math.isfinite(eps) or k * eps > 700:
+      return math.inf
+    if eps == 0:
+      return log_delta + math.log(k) - target
+    return log_delta + _log_expm1(k * eps) - _log_expm1(eps) - target
+
+  hi = target
+  lo = hi - math.log(10)
+  while gap(lo) > 0:
+    if not math.isfinite(gap(lo)) or lo < target - 200:
+      return math.inf
+    hi, lo = lo, lo - math.log(10)
+  if gap(hi) <= 0:
+    return k * example_epsilon_at(hi)
+  root = optimize.brentq(gap, lo, hi, xtol=1e-10)
+  return k * example_epsilon_at(root)
+
+
+def _user_epsilon(num_epochs, noise_multiplier, user_delta, k,
+                  used_microbatching, sampling_probability, accountant_type):
+  """User-level epsilon for at most ``k`` examples per user."""
+  if k == 1 or sampling_probability is None:
+    # Without sampling, k examples of a user can all be in one release:
+    # sensitivity k times larger, i.e. noise multiplier divided by k.
+    return _example_epsilon(num_epochs, noise_multiplier / k, user_delta,
+                            used_microbatching, sampling_probability,
+                            accountant_type)
+
+  @functools.lru_cache(maxsize=None)
+  def example_epsilon_at(log_delta):
+    return _example_epsilon(num_epochs, noise_multiplier,
+                            math.exp(log_delta), used_microbatching,
+                            sampling_probability, accountant_type)
+  return _group_epsilon(example_epsilon_at, user_delta, k)
+
+
+def _check_statement_args(number_of_examples, batch_size, num_epochs,
+                          noise_multiplier, delta, max_examples_per_user,
+                          accountant_type):
+  _validation.check_dataset(number_of_examples, batch_size)
+  _validation.check_epochs("num_epochs", num_epochs)
+  _validation.check_noise_multiplier("noise_multiplier", noise_multiplier,
+                                     allow_zero=True)
+  _validation.check_delta("delta", delta)
+  if max_examples_per_user is not None:
+    _validation.check_positive_int("max_examples_per_user",
+                                   max_examples_per_user)
+  return AccountantType(getattr(accountant_type, "value", accountant_type))
+
+
+def _format_epsilon(eps):
+  return "    inf (**)" if math.isinf(eps) else f"{eps:12.3f}"
+
+
+def _epsilon_lines(once_per_epoch, poisson):
+  return (f"\n    Epsilon with each example occurring once per epoch:  "
+          f"{_format_epsilon(once_per_epoch)}"
+          f"\n    Epsilon assuming Poisson sampling (*):               "
+          f"{_format_epsilon(poisson)}")
+
+
+def compute_dp_sgd_privacy_statement(
+    number_of_examples, batch_size, num_epochs, noise_multiplier, delta,
+    used_microbatching=True, max_examples_per_user=None,
+    accountant_type=AccountantType.RDP):
+  """A text statement of the DP-SGD guarantee, as TF Privacy wrote it.
+
+  Privacy contract: example-level (add/remove one example) epsilon at
+  ``delta`` for (a) any data order with each example once per epoch
+  (``ceil(num_epochs)`` unamplified Gaussian releases) and (b) Poisson
+  sampling at rate ``batch_size / number_of_examples``; with microbatching
+  the noise multiplier is halved (sensitivity 2C). With
+  ``max_examples_per_user`` also a user-level epsilon by group privacy.
+
+  Args:
+    number_of_examples, batch_size, num_epochs, noise_multiplier, delta,
+      used_microbatching, max_examples_per_user: As TF Privacy's.
+    accountant_type: ``AccountantType.RDP`` (default, as TF Privacy) or
+      ``AccountantType.PLD`` (or the strings ``"RDP"``, ``"PLD"``).
+
+  Returns:
+    The statement (str), ending with a newline.
+
+  Raises:
+    ValueError: on an invalid argument, naming it.
+  """
+  acc = _check_statement_args(number_of_examples, batch_size, num_epochs,
+                              noise_multiplier, delta, max_examples_per_user,
+                              accountant_type)
+  q = batch_size / number_of_examples
+  args = (num_epochs, noise_multiplier, delta)
+  paragraph = (
+      f"DP-SGD performed over {number_of_examples} examples with {batch_size}"
+      f" examples per iteration, noise multiplier {noise_multiplier} for "
+      f"{num_epochs} epochs {'with' if used_microbatching else 'without'} "
+      "microbatching")
+  paragraph += (", and no bound on number of examples per user."
+                if max_examples_per_user is None else
+                f", and at most {max_examples_per_user} examples per user.")
+  paragraphs = [paragraph,
+                "This privacy guarantee protects the release of all model "
+                "checkpoints in addition to the final model."]
+  paragraphs = [textwrap.fill(p, width=80) for p in paragraphs]
+  example = [_example_epsilon(*args, used_microbatching, s, acc)
+             for s in (None, q)]
+  paragraphs.append(textwrap.fill(
+      f"Example-level DP with add-or-remove-one adjacency at delta = {delta} "
+      f"computed with tf_dp's {acc.value} accounting:", width=80)
+                    + _epsilon_lines(*example))
+  user = [0.0, 0.0]
+  if max_examples_per_user is None:
+    paragraphs.append(textwrap.fill(
+        "No user-level privacy guarantee is possible without a bound on the "
+        "number of examples per user.", width=80))
+  else:
+    user = [_user_epsilon(*args, max_examples_per_user, used_microbatching,
+                          s, acc) for s in (None, q)]
+    paragraphs.append(textwrap.fill(
+        f"User-level DP with add-or-remove-one adjacency at delta = {delta} "
+        f"computed using tf_dp's {acc.value} accounting and group privacy "
+        "(Vadhan 2017, Lemma 2.2):", width=80) + _epsilon_lines(*user))
+  paragraphs.append(textwrap.fill(
+      "(*) A guarantee only if every batch was drawn by Poisson sampling "
+      "(e.g. tf_dp.data.poisson_sampled_batches). Shuffled batches are not "
+      "Poisson samples, and their epsilon can be larger than this value "
+      "(Chua et al. 2024); the once-per-epoch value holds for any data "
+      "order.", width=80))
+  if any(math.isinf(e) for e in user):
+    paragraphs.append(textwrap.fill(
+        "(**) A finite example-level epsilon implies a finite user-level "
+        "epsilon, but group privacy is not exact: its upper bound on the "
+        "user-level epsilon can still be infinite.", width=80))
+  return "\n\n".join(paragraphs) + "\n"

@@ -1,0 +1,1 @@
+"""TF Privacy's ``privacy.optimizers`` modules: ``tf_dp.DPOptimizer`` behind them."""
