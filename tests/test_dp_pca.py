@@ -42,7 +42,8 @@ def test_noisy_release_is_close_with_many_records_and_is_one_ledger_entry():
   assert samples[0]["selection_probability"] == pytest.approx(1 / 3)
   assert samples[0]["sum_queries"] == [
       {"l2_norm_clip": 1.0, "noise_stddev": 4.0}]
-  eps, _ = analysis.compute_epsilon_from_ledger(ledger, 1e-5)
+  eps, _ = analysis.compute_epsilon_from_ledger(ledger, 1e-5,
+                                                accountant="rdp")
   rdp = analysis.compute_rdp(1 / 3, 4.0, 1)
   expected = analysis.get_privacy_spent(analysis.DEFAULT_ORDERS, rdp,
                                         target_delta=1e-5)[0]

@@ -6,7 +6,10 @@ one equivalent query with eq. (1),
 
     z = (sum_g (S_g / sigma_g)^2)^(-1/2),
 
-and composes the samples with the RDP accountant. No TensorFlow is imported.
+and composes the samples with the PLD accountant (default) or the RDP
+accountant (``event_accounting``); each sample is accounted under its own
+neighbouring relation (Poisson: add/remove one record; fixed-size and
+shuffled: replace one). No TensorFlow is imported.
 ``ledger_events`` gives the same reduction as plain event descriptions so
 that any other accountant can re-process the ledger; ``ledger_event_runs``
 gives them run-length encoded, ``(event, count)``, for long ledgers. The
