@@ -1,0 +1,130 @@
+"""``DPSequential`` / ``DPModel`` of ``tf_dp.compat.tensorflow_privacy``.
+
+The TF Privacy usage, ``DPSequential(l2_norm_clip, noise_multiplier,
+layers=[...])`` then ``compile(optimizer=<plain Keras optimizer>)``, as in
+``tensorflow_privacy/privacy/keras_models/dp_keras_model_test.py``
+(testBaseline, testClippingNorm: its inputs and expected weights); plus one
+lot of 8 examples against the clipped average computed in numpy.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp.compat import tensorflow_privacy as tfp
+
+K = tf.keras
+
+
+def _data(n=8, seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, 3)).astype(np.float32)
+  y = rng.normal(size=(n, 1)).astype(np.float32) * 3
+  return x, y
+
+
+def _dense():
+  return K.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros")
+
+
+def expected_one_lot(x, y, clip):
+  """SGD(1) on a zero linear model with MSE: each example's gradient is
+  -2 y [x, 1]; clipped to ``clip``, averaged, subtracted."""
+  grads = -2 * y * np.concatenate([x, np.ones((len(x), 1))], axis=1)
+  norms = np.linalg.norm(grads, axis=1, keepdims=True)
+  return -(grads * np.minimum(1.0, clip / norms)).mean(axis=0)
+
+
+@pytest.mark.parametrize("kind", ["DPSequential", "DPModel"])
+def test_compile_wraps_plain_optimizer_and_clips(kind):
+  x, y = _data()
+  if kind == "DPSequential":
+    model = tfp.DPSequential(l2_norm_clip=0.5, noise_multiplier=0.0,
+                             layers=[K.layers.Input((3,)), _dense()],
+                             population_size=8)
+  else:
+    inputs = K.layers.Input((3,))
+    model = tfp.DPModel(l2_norm_clip=0.5, noise_multiplier=0.0,
+                        inputs=inputs, outputs=_dense()(inputs))
+  assert tf_dp.keras.is_private(model)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    if kind == "DPSequential":
+      model.compile(optimizer=K.optimizers.SGD(1.0), loss="mse")
+    else:
+      model.compile(optimizer=K.optimizers.SGD(1.0), loss="mse",
+                    population_size=8)
+  assert hasattr(model.optimizer, "ledger")
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  got = np.concatenate([w.ravel() for w in model.get_weights()])
+  np.testing.assert_allclose(got, expected_one_lot(x, y, 0.5), rtol=1e-5,
+                             atol=1e-6)
+
+
+TRAIN_DATA = np.array([[3.0, 4.0]], np.float32)
+TRAIN_LABELS = TRAIN_DATA @ np.array([[3.0], [1.0]], np.float32) + 2  # 15
+
+
+def _tf_privacy_model(kind, l2_norm_clip):
+  layer = K.layers.Dense(1, kernel_initializer="zeros",
+                         bias_initializer="zeros")
+  if kind == "DPSequential":
+    return tfp.DPSequential(l2_norm_clip=l2_norm_clip, noise_multiplier=0.0,
+                            layers=[K.layers.Input((2,)), layer],
+                            population_size=1)
+  inputs = K.Input(shape=(2,), dtype=tf.float32)
+  return tfp.DPModel(l2_norm_clip=l2_norm_clip, noise_multiplier=0.0,
+                     inputs=inputs, outputs=layer(inputs), population_size=1)
+
+
+def test_baseline():
+  """dp_keras_model_test.py, testBaseline: one example [3, 4], label 15,
+  clip 1e9, noise 0, SGD 0.01, MSE: the gradient is -[90, 120], -30, so
+  the weights are [[0.9], [1.2]] and the bias [0.3]."""
+  model = _tf_privacy_model("DPSequential", 1.0e9)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    model.compile(optimizer=K.optimizers.SGD(learning_rate=0.01),
+                  loss=K.losses.MeanSquaredError())
+  model.fit(TRAIN_DATA, TRAIN_LABELS, epochs=1, batch_size=1, verbose=0)
+  weights, bias = model.get_weights()
+  np.testing.assert_allclose(weights, [[0.90], [1.20]], rtol=1e-5)
+  np.testing.assert_allclose(bias, [0.30], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["DPSequential", "DPModel"])
+@pytest.mark.parametrize("l2_norm_clip", [10.0, 40.0, 200.0])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_clipping_norm(kind, l2_norm_clip, weighted):
+  """dp_keras_model_test.py, testClippingNorm (without TF Privacy's
+  layer_registry; tf_dp picks its fast path itself): the gradient
+  [90, 120, 30] (times the sample weight 0.18) is clipped to the norm, and
+  SGD 0.01 applies it; the logged loss is Keras's weighted MSE."""
+  model = _tf_privacy_model(kind, l2_norm_clip)
+  loss = K.losses.MeanSquaredError()
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    model.compile(optimizer=K.optimizers.SGD(learning_rate=0.01), loss=loss)
+  grad = np.array([90.0, 120.0, 30.0]) * (0.18 if weighted else 1.0)
+  weights = [0.18] if weighted else None
+  parts = (TRAIN_DATA, TRAIN_LABELS) + ((weights,) if weighted else ())
+  expected_loss = float(loss(TRAIN_LABELS, model(TRAIN_DATA), weights))
+  results = model.fit(tf.data.Dataset.from_tensors(parts), epochs=1,
+                      verbose=0)
+  expected = grad * min(1.0, l2_norm_clip / np.linalg.norm(grad)) * 0.01
+  got = np.concatenate([w.ravel() for w in model.get_weights()])
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+  np.testing.assert_allclose(results.history["loss"][0], expected_loss,
+                             rtol=1e-5)
+
+
+def test_compile_without_population_size_names_the_fix():
+  model = tfp.DPSequential(1.0, 1.1, layers=[K.layers.Input((3,)), _dense()])
+  with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
+    model.compile(optimizer=K.optimizers.SGD(0.1), loss="mse")
+
+
+def test_tf_privacy_only_arguments():
+  with pytest.raises(ValueError, match="layer_registry"):
+    tfp.DPSequential(1.0, 1.1, layer_registry=object(),
+                     layers=[K.layers.Input((3,)), _dense()])
+  with pytest.raises(ValueError, match="use_xla"):
+    tfp.DPSequential(1.0, 1.1, True, layers=[K.layers.Input((3,)), _dense()])

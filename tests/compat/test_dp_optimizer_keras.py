@@ -1,0 +1,210 @@
+"""TF Privacy's Keras optimizer tests, ported to ``tf_dp.compat``.
+
+Inputs and expected values are TF Privacy's, from
+``tensorflow_privacy/privacy/optimizers/dp_optimizer_keras_test.py``. TF
+Privacy called ``optimizer._compute_gradients(loss, var_list)`` on bare
+variables; tf_dp computes per-example gradients in the training step of a
+model converted with ``make_private``, so each case is a Keras model whose
+weights are TF Privacy's variables and whose per-example loss is TF
+Privacy's loss, trained for one lot with ``fit``. With noise 0 the update
+must equal the optimizer's update for the expected clipped average.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp.compat import tensorflow_privacy as tfp
+from tf_dp.compat.tensorflow_privacy.privacy.optimizers import dp_optimizer_keras
+
+K = tf.keras  # The Keras of TF Privacy users' scripts, as the compat uses.
+
+
+class Vectors(K.layers.Layer):
+  """Weights given by value; outputs them, concatenated, for every example
+  (``linear=False``) or ``x . w0 + w1`` (``linear=True``)."""
+
+  def __init__(self, values, linear=False, **kwargs):
+    super().__init__(**kwargs)
+    self.values, self.linear = values, linear
+
+  def build(self, input_shape):
+    self.vs = []
+    for i, v in enumerate(self.values):
+      w = self.add_weight(name=f"v{i}", shape=(len(v),), initializer="zeros")
+      w.assign(np.asarray(v, np.float32))
+      self.vs.append(w)
+
+  def call(self, x):
+    if self.linear:
+      return tf.reduce_sum(x * self.vs[0], axis=-1, keepdims=True) + self.vs[1]
+    row = tf.concat([tf.convert_to_tensor(v) for v in self.vs], axis=0)
+    return tf.zeros_like(x[:, :1]) + row[tf.newaxis, :]
+
+
+def half_squared_distance(y_true, y_pred):
+  """TF Privacy's ``_loss``: its gradient is ``var - data``."""
+  return 0.5 * tf.reduce_sum(tf.square(y_true - y_pred), axis=-1)
+
+
+def identity_loss(y_true, y_pred):
+  del y_true
+  return tf.reduce_mean(y_pred, axis=-1)
+
+
+def fit_one_lot(values, y, optimizer, loss=half_squared_distance, x=None,
+                linear=False, batch_size=None, self_check=False):
+  """A converted model with weights ``values``, fitted once on (x, y)."""
+  x = np.zeros((len(y), 1), np.float32) if x is None else x
+  model = K.Sequential([K.layers.Input((x.shape[1],)),
+                        Vectors(values, linear=linear)])
+  model = tf_dp.keras.make_private(model, self_check=self_check)
+  model.compile(optimizer=optimizer, loss=loss)
+  model.fit(x, np.asarray(y, np.float32), batch_size=batch_size or len(y),
+            epochs=1, shuffle=False, verbose=0)
+  return [v.numpy() for v in model.layers[-1].vs]
+
+
+def reference_step(keras_optimizer, values, grads):
+  """What ``keras_optimizer`` does to ``values`` with ``grads``, once."""
+  variables = [tf.Variable(np.asarray(v, np.float32)) for v in values]
+  keras_optimizer.apply_gradients(
+      zip([tf.constant(g, tf.float32) for g in grads], variables))
+  return [v.numpy() for v in variables]
+
+
+DATA0 = [[3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [-1.0, 0.0]]
+DATA1 = [[8.0], [2.0], [3.0], [1.0]]
+
+
+@pytest.mark.parametrize("name,keras_cls,num_microbatches", [
+    ("DPKerasSGDOptimizer", "SGD", 1), ("DPKerasSGDOptimizer", "SGD", None),
+    ("DPKerasAdamOptimizer", "Adam", 2),
+    ("DPKerasAdagradOptimizer", "Adagrad", 4)])
+def test_baseline_no_noise(name, keras_cls, num_microbatches):
+  """testBaselineWithCallableLossNoNoise / testBaselineWithTensorLossNoNoise:
+  var0 [1, 2], var1 [3], clip 100, noise 0, learning rate 2: the gradient is
+  [-2.5, -2.5], [-0.5] and the update is the plain optimizer's for it."""
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    optimizer = getattr(tfp, name)(
+        l2_norm_clip=100.0, noise_multiplier=0.0,
+        num_microbatches=num_microbatches, learning_rate=2.0,
+        population_size=4)
+  values = [[1.0, 2.0], [3.0]]
+  got = fit_one_lot(values, np.concatenate([DATA0, DATA1], axis=1), optimizer)
+  expected = reference_step(getattr(K.optimizers, keras_cls)(2.0), values,
+                            [[-2.5, -2.5], [-0.5]])
+  if keras_cls == "SGD":
+    np.testing.assert_allclose(expected[0], [6.0, 7.0])
+  for a, b in zip(got, expected):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # float32
+
+
+def test_clipping_norm():
+  """testClippingNorm: data [[3, 4], [6, 8]], var [0, 0], one microbatch,
+  clip 1: the mean gradient -[4.5, 6] is clipped to [-0.6, -0.8]."""
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    optimizer = tfp.DPKerasSGDOptimizer(1.0, 0.0, 1, learning_rate=1.0,
+                                        population_size=2)
+  got = fit_one_lot([[0.0, 0.0]], [[3.0, 4.0], [6.0, 8.0]], optimizer)
+  np.testing.assert_allclose(got[0], [0.6, 0.8], rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_microbatches", [1, 2, 4])
+def test_clipping_norm_multiple_variables(num_microbatches):
+  """testClippingNormMultipleVariables: clip 2.5 over both variables
+  jointly; the expected gradient is computed as TF Privacy computed it."""
+  data0 = np.array([[3.0, 6.0], [5.0, 6.0], [4.0, 8.0], [-1.0, 0.0]])
+  data1 = np.array([[8.0], [2.0], [3.0], [1.0]])
+  values = [[1.0, 2.0], [3.0]]
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    optimizer = tfp.DPKerasSGDOptimizer(2.5, 0.0, num_microbatches,
+                                        learning_rate=1.0, population_size=4)
+  got = fit_one_lot(values, np.concatenate([data0, data1], axis=1), optimizer)
+  grads = np.concatenate([data0 - values[0], data1 - values[1]], axis=1)
+  grads = grads.reshape(num_microbatches, -1, 3).mean(axis=1)
+  norms = np.linalg.norm(grads, axis=1)
+  grads = grads * (2.5 / np.maximum(2.5, norms))[:, None]
+  mean = -grads.mean(axis=0)
+  np.testing.assert_allclose(got[0], np.array(values[0]) - mean[:2],
+                             rtol=1e-5)
+  np.testing.assert_allclose(got[1], np.array(values[1]) - mean[2:],
+                             rtol=1e-5)
+
+
+def test_large_batch_emulation_no_noise():
+  """testLargeBatchEmulationNoNoise: loss var0 . x + var1, accumulation over
+  2 batches, learning rate 1: [[1, 2]], [3] -> [[-1, 1]], [2] after the
+  batches x1, x2, then -> [[-4, -0.5]], [1] after x2, x2."""
+  x1 = [[2.0, 0.0], [0.0, 1.0]]
+  x2 = [[4.0, 2.0], [2.0, 1.0]]
+  state = [[1.0, 2.0], [3.0]]
+  for xs, expected in (((x1, x2), [[-1.0, 1.0], [2.0]]),
+                       ((x2, x2), [[-4.0, -0.5], [1.0]])):
+    with pytest.warns(UserWarning, match="noise_multiplier=0"):
+      optimizer = tfp.DPKerasSGDOptimizer(
+          l2_norm_clip=100.0, noise_multiplier=0.0,
+          gradient_accumulation_steps=2, learning_rate=1.0, population_size=4)
+    x = np.array(xs[0] + xs[1], np.float32)
+    state = fit_one_lot(state, np.zeros((4, 1)), optimizer, identity_loss,
+                        x=x, linear=True, batch_size=2)
+    for a, b in zip(state, expected):
+      np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert optimizer.ledger is not None
+
+
+@pytest.mark.parametrize("num_microbatches", [1, None])
+def test_keras_model_baseline_no_noise(num_microbatches):
+  """testKerasModelBaselineNoNoise: Dense(1) from zeros, SGD 0.05, TF
+  Privacy's MeanSquaredError(reduction='none'), 1000 noise-free examples,
+  batch 8, one epoch: the weights reach the truth within 0.05."""
+  rng = np.random.default_rng(0)
+  true_weights = np.array([[-5], [4], [3], [2]], np.float32)
+  x = rng.normal(scale=3.0, size=(1000, 4)).astype(np.float32)
+  y = x @ true_weights + 6.0
+  model = K.Sequential([K.layers.Input((4,)), K.layers.Dense(
+      1, kernel_initializer="zeros", bias_initializer="zeros")])
+  model = tf_dp.keras.make_private(model)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    optimizer = tfp.DPKerasSGDOptimizer(100.0, 0.0, num_microbatches,
+                                        learning_rate=0.05,
+                                        population_size=1000)
+  model.compile(optimizer, K.losses.MeanSquaredError(reduction="none"))
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  np.testing.assert_allclose(model.get_weights()[0], true_weights, atol=0.05)
+  np.testing.assert_allclose(model.get_weights()[1], [6.0], atol=0.05)
+
+
+def test_missing_population_size_names_the_fix():
+  with pytest.raises(ValueError, match=r"population_size=len\(x_train\).*"
+                     r"make_private"):
+    tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1)
+
+
+def test_unconverted_model_fails_at_first_step_with_the_fix():
+  """TF Privacy's optimizers worked on a plain model; tf_dp's refuse it
+  before any weight changes, naming make_private."""
+  model = K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)])
+  model.compile(tfp.DPKerasSGDOptimizer(1.0, 1.0, population_size=4), "mse")
+  before = [w.copy() for w in model.get_weights()]
+  with pytest.raises(Exception, match="make_private"):
+    model.fit(np.ones((4, 2)), np.ones((4, 1)), batch_size=4, verbose=0)
+  for a, b in zip(before, model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_accumulation_warns_about_noise_per_lot():
+  with pytest.warns(UserWarning, match=r"noise_multiplier=2\.2"):
+    tfp.DPKerasSGDOptimizer(1.0, 1.1, gradient_accumulation_steps=4,
+                            learning_rate=0.1, population_size=100)
+
+
+def test_make_keras_optimizer_class():
+  dp_rmsprop = tfp.make_keras_optimizer_class(K.optimizers.RMSprop)
+  assert dp_rmsprop.__name__ == "DPKerasRMSpropOptimizer"
+  optimizer = dp_rmsprop(1.0, 1.1, None, 1, learning_rate=0.01,
+                         population_size=60000)
+  assert isinstance(optimizer.inner_optimizer, K.optimizers.RMSprop)
+  assert int(optimizer.ledger.population_size.numpy()) == 60000
+  assert dp_optimizer_keras.DPKerasSGDOptimizer is tfp.DPKerasSGDOptimizer

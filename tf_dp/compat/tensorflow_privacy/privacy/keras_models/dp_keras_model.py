@@ -1,0 +1,117 @@
+"""TF Privacy's ``dp_keras_model``: ``DPSequential`` and ``DPModel`` factories.
+
+``DPSequential(l2_norm_clip, noise_multiplier, layers=[...])`` builds a
+``tf.keras.Sequential`` (``DPModel(..., inputs=..., outputs=...)`` a
+functional ``tf.keras.Model``), converts it with
+``tf_dp.keras.make_private`` and remembers the clip and noise, so that
+``compile(optimizer=<a plain Keras optimizer>)`` compiles a
+``tf_dp.DPOptimizer`` around that optimizer. What changes against TF
+Privacy:
+
+* ``population_size`` (the number of training examples) is required, given
+  here or to ``compile``; ``compile`` raises, naming the fix, without it.
+* They are functions returning a converted Keras model, not classes:
+  subclass ``tf.keras.Model`` and call ``make_private`` instead of
+  subclassing ``DPModel``.
+* ``use_xla`` is accepted and ignored (``compile(jit_compile=...)``
+  decides); ``layer_registry`` is refused (tf_dp picks its fast clipping
+  rules itself, ``tf_dp.keras.fast``).
+"""
+
+import types
+
+from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import private_model
+
+MISSING_POPULATION_SIZE = (
+    "A DPSequential/DPModel needs population_size, the number of training "
+    "examples, which TF Privacy did not ask for: tf_dp records every lot in "
+    "a privacy ledger (model.optimizer.ledger) that needs it. Pass "
+    "DPSequential(..., population_size=len(x_train)) or "
+    "model.compile(..., population_size=len(x_train)).")
+
+
+def _dp_compile(self, optimizer="rmsprop", *args, population_size=None,  # pylint: disable=keyword-arg-before-vararg
+                **kwargs):
+  """``compile`` that wraps a plain optimizer in a ``tf_dp.DPOptimizer``."""
+  dp = self._tf_dp_compat_config  # pylint: disable=protected-access
+  if not optimizer_lib.is_dp_optimizer(optimizer):
+    population_size = population_size or dp.population_size
+    if population_size is None:
+      raise ValueError(MISSING_POPULATION_SIZE)
+    optimizer = optimizer_lib.DPOptimizer(
+        optimizer, l2_norm_clip=dp.l2_norm_clip,
+        noise_multiplier=dp.noise_multiplier,
+        num_microbatches=dp.num_microbatches,
+        population_size=population_size)
+  return type(self).compile(self, optimizer, *args, **kwargs)
+
+
+def _make_dp(model, l2_norm_clip, noise_multiplier, num_microbatches,
+             layer_registry, population_size):
+  if layer_registry is not None:
+    raise ValueError(
+        "layer_registry is TF Privacy's fast-clipping registry; tf_dp "
+        "chooses fast per-layer rules itself (register user layers with "
+        "tf_dp.keras.fast). Pass layer_registry=None.")
+  if isinstance(num_microbatches, bool):
+    raise ValueError("num_microbatches must be None or an integer; got a "
+                     "bool (did you mean use_xla?).")
+  model = private_model.make_private(model)
+  model._tf_dp_compat_config = types.SimpleNamespace(  # pylint: disable=protected-access
+      l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+      num_microbatches=num_microbatches, population_size=population_size)
+  model.compile = types.MethodType(_dp_compile, model)
+  return model
+
+
+def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=invalid-name,keyword-arg-before-vararg
+                 use_xla=True, layer_registry=None, *args,
+                 population_size=None, **kwargs):
+  """A ``tf.keras.Sequential(*args, **kwargs)`` converted for DP-SGD.
+
+  Privacy contract: that of ``tf_dp.DPOptimizer`` with these
+  ``l2_norm_clip``, ``noise_multiplier`` and ``num_microbatches``, compiled
+  by ``compile`` around the optimizer it receives.
+
+  Args:
+    l2_norm_clip, noise_multiplier, num_microbatches: As TF Privacy's.
+    use_xla: Ignored (kept for TF Privacy's signature).
+    layer_registry: Must be None.
+    *args, **kwargs: Passed to ``tf.keras.Sequential`` (e.g. ``layers``).
+    population_size: Number of training examples (here or to ``compile``).
+
+  Returns:
+    The converted model; its ``compile`` accepts ``population_size=``.
+
+  Raises:
+    ValueError: for ``layer_registry``, a bool ``num_microbatches``, or a
+      layer ``make_private`` refuses (with the fix); from ``compile``
+      without ``population_size``.
+
+  Example:
+    >>> model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.1,
+    ...                      layers=[tf.keras.layers.Dense(10)],
+    ...                      population_size=60000)
+    >>> model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+  """
+  del use_xla
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return _make_dp(tf.keras.Sequential(*args, **kwargs), l2_norm_clip,
+                  noise_multiplier, num_microbatches, layer_registry,
+                  population_size)
+
+
+def DPModel(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=invalid-name,keyword-arg-before-vararg
+            use_xla=True, layer_registry=None, *args, population_size=None,
+            **kwargs):
+  """A functional ``tf.keras.Model(*args, **kwargs)`` converted for DP-SGD.
+
+  Same contract, arguments and errors as ``DPSequential``; ``*args`` and
+  ``**kwargs`` (``inputs=``, ``outputs=``) go to ``tf.keras.Model``.
+  """
+  del use_xla
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return _make_dp(tf.keras.Model(*args, **kwargs), l2_norm_clip,
+                  noise_multiplier, num_microbatches, layer_registry,
+                  population_size)

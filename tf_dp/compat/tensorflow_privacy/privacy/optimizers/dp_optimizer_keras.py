@@ -1,0 +1,154 @@
+"""TF Privacy's ``dp_optimizer_keras``: ``tf_dp.DPOptimizer`` behind its names.
+
+``DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,
+gradient_accumulation_steps=1, *args, **kwargs)`` and its Adam and Adagrad
+siblings keep TF Privacy's arguments (``*args`` and ``**kwargs`` go to the
+Keras optimizer, e.g. ``learning_rate``) and return a ``tf_dp.DPOptimizer``
+around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
+
+* The model must be converted: ``model = tf_dp.keras.make_private(model)``
+  before ``compile`` (TF Privacy computed a jacobian inside ``minimize``;
+  Keras 3 never shows an optimizer per-example losses). An unconverted
+  model fails at its first step, weights unchanged, with that fix.
+* ``population_size=len(x_train)`` is required (keyword only): the ledger
+  (``optimizer.ledger``) accounts privacy with it. Without it the
+  constructor raises, naming the fix, before any training.
+* Noise is added once per lot of ``gradient_accumulation_steps`` batches;
+  TF Privacy added it to every batch (sqrt(k) times more noise for the same
+  noise_multiplier). A warning says so when k > 1.
+* The loss's reduction does not matter: ``make_private`` computes each
+  example's loss itself (TF Privacy needed ``reduction=NONE``; with a
+  reduced loss and ``num_microbatches=1`` it silently clipped the whole
+  batch as one record).
+* The functions return optimizer objects, not classes: ``isinstance`` and
+  subclassing of ``DPKerasSGDOptimizer`` do not apply.
+"""
+
+import math
+import warnings
+
+from tf_dp.keras import optimizer as optimizer_lib
+
+MISSING_POPULATION_SIZE = (
+    "{name} needs population_size, the number of training examples, which "
+    "TF Privacy did not ask for: tf_dp records every lot in a privacy ledger "
+    "(optimizer.ledger) that needs it. Pass {name}(..., "
+    "population_size=len(x_train)), and convert the model with "
+    "`model = tf_dp.keras.make_private(model)` before compiling it.")
+
+ACCUMULATION_WARNING = (
+    "gradient_accumulation_steps={k}: tf_dp adds noise of stddev "
+    "noise_multiplier * l2_norm_clip once per lot of {k} batches, where TF "
+    "Privacy added it to every batch (an effective noise multiplier "
+    "noise_multiplier * sqrt({k}) = {effective:.4g} per lot). The ledger "
+    "accounts what tf_dp does; to keep TF Privacy's noise, pass "
+    "noise_multiplier={effective:.4g}.")
+
+
+def _dp_optimizer(name, keras_optimizer_cls, l2_norm_clip, noise_multiplier,
+                  num_microbatches, gradient_accumulation_steps, args,
+                  kwargs):
+  """A ``tf_dp.DPOptimizer`` around ``keras_optimizer_cls(*args, **kwargs)``."""
+  population_size = kwargs.pop("population_size", None)
+  if population_size is None:
+    raise ValueError(MISSING_POPULATION_SIZE.format(name=name))
+  if (isinstance(gradient_accumulation_steps, int)
+      and gradient_accumulation_steps > 1 and noise_multiplier):
+    warnings.warn(ACCUMULATION_WARNING.format(
+        k=gradient_accumulation_steps,
+        effective=noise_multiplier * math.sqrt(gradient_accumulation_steps)),
+                  UserWarning, stacklevel=3)
+  return optimizer_lib.DPOptimizer(
+      keras_optimizer_cls(*args, **kwargs), l2_norm_clip=l2_norm_clip,
+      noise_multiplier=noise_multiplier, num_microbatches=num_microbatches,
+      gradient_accumulation_steps=gradient_accumulation_steps,
+      population_size=population_size)
+
+
+def make_keras_optimizer_class(cls):
+  """TF Privacy's factory: a function that builds DP versions of ``cls``.
+
+  Args:
+    cls: A Keras optimizer class (e.g. ``tf.keras.optimizers.RMSprop``).
+
+  Returns:
+    A function ``(l2_norm_clip, noise_multiplier, num_microbatches=None,
+    gradient_accumulation_steps=1, *args, population_size, **kwargs)``
+    returning ``tf_dp.DPOptimizer(cls(*args, **kwargs), ...)`` (see the
+    module docstring for the privacy contract and the differences).
+
+  Example:
+    >>> DPRMSprop = make_keras_optimizer_class(tf.keras.optimizers.RMSprop)
+    >>> opt = DPRMSprop(1.0, 1.1, learning_rate=0.01, population_size=60000)
+  """
+  name = "DPKeras" + cls.__name__ + "Optimizer"
+
+  def dp_optimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=keyword-arg-before-vararg
+                   gradient_accumulation_steps=1, *args, **kwargs):
+    return _dp_optimizer(name, cls, l2_norm_clip, noise_multiplier,
+                         num_microbatches, gradient_accumulation_steps, args,
+                         kwargs)
+
+  dp_optimizer.__name__ = dp_optimizer.__qualname__ = name
+  dp_optimizer.__doc__ = (f"``tf_dp.DPOptimizer`` around ``{cls.__name__}``; "
+                          "see ``make_keras_optimizer_class``.")
+  return dp_optimizer
+
+
+def _keras_optimizers():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.keras.optimizers
+
+
+def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=invalid-name,keyword-arg-before-vararg
+                        gradient_accumulation_steps=1, *args, **kwargs):
+  """DP-SGD: ``tf_dp.DPOptimizer(tf.keras.optimizers.SGD(*args, **kwargs))``.
+
+  Privacy contract: each record's gradient (one example, or a microbatch of
+  ``batch_size / num_microbatches`` examples) is clipped to ``l2_norm_clip``;
+  N(0, (noise_multiplier * l2_norm_clip)^2) is added to the sum once per lot
+  of ``gradient_accumulation_steps`` batches; the ledger records each lot
+  (see ``tf_dp.DPOptimizer``).
+
+  Args:
+    l2_norm_clip, noise_multiplier, num_microbatches,
+      gradient_accumulation_steps: As TF Privacy's.
+    *args: Passed to ``tf.keras.optimizers.SGD``.
+    **kwargs: Passed to ``tf.keras.optimizers.SGD``, except
+      ``population_size`` (required): the number of training examples.
+
+  Returns:
+    A ``tf_dp.DPOptimizer``; compile it into a model converted with
+    ``tf_dp.keras.make_private``.
+
+  Raises:
+    ValueError: without ``population_size``, or on an invalid argument.
+
+  Example:
+    >>> model = tf_dp.keras.make_private(model)
+    >>> model.compile(optimizer=DPKerasSGDOptimizer(
+    ...     l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.1,
+    ...     population_size=len(x_train)), loss="mse")
+  """
+  return _dp_optimizer("DPKerasSGDOptimizer", _keras_optimizers().SGD,
+                       l2_norm_clip, noise_multiplier, num_microbatches,
+                       gradient_accumulation_steps, args, kwargs)
+
+
+def DPKerasAdamOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=invalid-name,keyword-arg-before-vararg
+                         gradient_accumulation_steps=1, *args, **kwargs):
+  """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adam``: same contract,
+  arguments and errors."""
+  return _dp_optimizer("DPKerasAdamOptimizer", _keras_optimizers().Adam,
+                       l2_norm_clip, noise_multiplier, num_microbatches,
+                       gradient_accumulation_steps, args, kwargs)
+
+
+def DPKerasAdagradOptimizer(l2_norm_clip, noise_multiplier,  # pylint: disable=invalid-name,keyword-arg-before-vararg
+                            num_microbatches=None,
+                            gradient_accumulation_steps=1, *args, **kwargs):
+  """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adagrad``: same
+  contract, arguments and errors."""
+  return _dp_optimizer("DPKerasAdagradOptimizer", _keras_optimizers().Adagrad,
+                       l2_norm_clip, noise_multiplier, num_microbatches,
+                       gradient_accumulation_steps, args, kwargs)
