@@ -25,6 +25,7 @@ from scipy import optimize
 
 from tf_dp.analysis import _validation
 from tf_dp.analysis import conversion
+from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.analysis import pld
 from tf_dp.analysis import rdp
 
@@ -72,11 +73,23 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta):
   Example:
     >>> compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)  # (2.597, 8.0)
   """
-  from tf_dp.analysis import dp_sgd_privacy  # pylint: disable=g-import-not-at-top
   warnings.warn(_POISSON_WARNING, UserWarning, stacklevel=2)
+  return poisson_rdp_epsilon(n, batch_size, noise_multiplier, epochs, delta)
+
+
+def poisson_rdp_epsilon(n, batch_size, noise_multiplier, epochs, delta):
+  """``compute_dp_sgd_privacy`` without its warning: ``(eps, order)``.
+
+  Below noise multiplier 0.1 (epsilon in the thousands) only the integer
+  orders are used: tf_dp's exact RDP at fractional orders refuses such
+  noise, and fewer orders only make epsilon larger (still an upper bound).
+  """
+  orders = TF_PRIVACY_ORDERS
+  if noise_multiplier < 0.1:
+    orders = tuple(a for a in orders if a == int(a))
   return dp_sgd_privacy.compute_dp_sgd_privacy(
       n, batch_size, noise_multiplier, epochs, delta, sampling="poisson",
-      conversion="tight", orders=TF_PRIVACY_ORDERS, accountant="rdp")
+      conversion="tight", orders=orders, accountant="rdp")
 
 
 def _log_expm1(x):
@@ -164,6 +177,21 @@ def _check_statement_args(number_of_examples, batch_size, num_epochs,
   return AccountantType(getattr(accountant_type, "value", accountant_type))
 
 
+def _user_level(args, max_examples_per_user, used_microbatching, q, acc):
+  """The statement's user-level paragraph and its two epsilons."""
+  if max_examples_per_user is None:
+    return textwrap.fill(
+        "No user-level privacy guarantee is possible without a bound on the "
+        "number of examples per user.", width=80), [0.0, 0.0]
+  user = [_user_epsilon(*args, max_examples_per_user, used_microbatching, s,
+                        acc) for s in (None, q)]
+  delta = args[2]
+  return textwrap.fill(
+      f"User-level DP with add-or-remove-one adjacency at delta = {delta} "
+      f"computed using tf_dp's {acc.value} accounting and group privacy "
+      "(Vadhan 2017, Lemma 2.2):", width=80) + _epsilon_lines(*user), user
+
+
 def _format_epsilon(eps):
   return "    inf (**)" if math.isinf(eps) else f"{eps:12.3f}"
 
@@ -223,18 +251,9 @@ def compute_dp_sgd_privacy_statement(
       f"Example-level DP with add-or-remove-one adjacency at delta = {delta} "
       f"computed with tf_dp's {acc.value} accounting:", width=80)
                     + _epsilon_lines(*example))
-  user = [0.0, 0.0]
-  if max_examples_per_user is None:
-    paragraphs.append(textwrap.fill(
-        "No user-level privacy guarantee is possible without a bound on the "
-        "number of examples per user.", width=80))
-  else:
-    user = [_user_epsilon(*args, max_examples_per_user, used_microbatching,
-                          s, acc) for s in (None, q)]
-    paragraphs.append(textwrap.fill(
-        f"User-level DP with add-or-remove-one adjacency at delta = {delta} "
-        f"computed using tf_dp's {acc.value} accounting and group privacy "
-        "(Vadhan 2017, Lemma 2.2):", width=80) + _epsilon_lines(*user))
+  user_paragraph, user = _user_level(args, max_examples_per_user,
+                                     used_microbatching, q, acc)
+  paragraphs.append(user_paragraph)
   paragraphs.append(textwrap.fill(
       "(*) A guarantee only if every batch was drawn by Poisson sampling "
       "(e.g. tf_dp.data.poisson_sampled_batches). Shuffled batches are not "

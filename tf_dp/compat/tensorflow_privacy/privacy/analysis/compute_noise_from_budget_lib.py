@@ -6,7 +6,6 @@ Pure Python: no TensorFlow is imported.
 import warnings
 
 from tf_dp.analysis import _validation
-from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.analysis import search
 from tf_dp.compat.tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib
 
@@ -15,20 +14,10 @@ TOLERANCE = 1e-6
 
 
 def _rdp_epsilon(n, batch_size, noise_multiplier, epochs, delta):
-  """The epsilon of TF Privacy's compute_dp_sgd_privacy (no warning).
-
-  Below noise multiplier 0.1 (epsilon in the thousands) only the integer
-  orders are used: tf_dp's exact RDP at fractional orders refuses such
-  noise, and fewer orders only make epsilon larger (still an upper bound).
-  """
-  orders = compute_dp_sgd_privacy_lib.TF_PRIVACY_ORDERS
-  if noise_multiplier < 0.1:
-    orders = tuple(a for a in orders if a == int(a))
   with warnings.catch_warnings():  # Edge orders are expected at tiny noise.
     warnings.simplefilter("ignore", RuntimeWarning)
-    return dp_sgd_privacy.compute_dp_sgd_privacy(
-        n, batch_size, noise_multiplier, epochs, delta, sampling="poisson",
-        conversion="tight", orders=orders, accountant="rdp")[0]
+    return compute_dp_sgd_privacy_lib.poisson_rdp_epsilon(
+        n, batch_size, noise_multiplier, epochs, delta)[0]
 
 
 def compute_noise(n, batch_size, target_epsilon, epochs, delta, noise_lbd):
