@@ -159,3 +159,30 @@ def test_budget_holds_per_step_with_steps_per_execution(K,
   more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
       64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="without_replacement")
   assert more > target
+
+
+def test_attention_trains_with_the_self_check_and_is_refused_on_vectorized():
+  # Keras 3 MultiHeadAttention under tf.vectorized_map hits TF 2.21's oneDNN
+  # matmul bug: the self-check skips its vectorized reference for it, and
+  # the whole-model vectorized path refuses it with the fix.
+  import keras  # pylint: disable=g-import-not-at-top
+  if not keras.__version__.startswith("3"):
+    pytest.skip("Keras 3 only")
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(32, 8, 4)).astype("float32")
+  y = rng.integers(0, 3, 32).astype("int32")
+
+  def attention_model():
+    inputs = keras.Input((8, 4))
+    h = keras.layers.MultiHeadAttention(2, 4)(inputs, inputs)
+    return keras.Model(inputs,
+                       keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+
+  model = helpers.compile_dp(keras, attention_model(), 32)
+  model.fit(x, y, batch_size=8, verbose=0)
+  assert int(model.optimizer.ledger.sample_count) == 4
+  if tuple(int(v) for v in tf.__version__.split(".")[:2]) >= (2, 16):
+    model = helpers.compile_dp(keras, attention_model(), 32,
+                               per_example_method="vectorized")
+    with pytest.raises(ValueError, match="per_example_method='auto'"):
+      model.fit(x, y, batch_size=8, verbose=0)

@@ -152,6 +152,10 @@ class DPEngine(tf.Module):
         raise ValueError(
             "DPBatchNormalization needs the fast clipping path, which is "
             "unavailable for this model (see the log for why).")
+      hazard = fast_clipping.vectorized_map_hazard(
+          model_checks.all_layers(model))
+      if hazard is not None:
+        raise ValueError(hazard)
       grads, y_pred, losses = per_example.record_gradients(
           model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
       clipped = tf.vectorized_map(

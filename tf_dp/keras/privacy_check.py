@@ -18,6 +18,7 @@ global seed is fixed for the check and restored afterwards). It releases
 nothing: it only raises or returns.
 """
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
@@ -111,9 +112,18 @@ def _check_independence(model, loss_fn, x, y, w, xn, yn, m):
 
 
 def _check_fast_path(model, loss_fn, x, y, w):
+  """Part 2; skipped where the fast path is not used, or where the
+  reference itself (the whole model under ``tf.vectorized_map``) would hit
+  a TensorFlow bug (``vectorized_map_hazard``)."""
   variables = model.trainable_variables
   if fast_clipping.fast_path_unavailable_reason(
       model, GaussianSumQuery(1.0, 0.0)) is not None:
+    return
+  hazard = fast_clipping.vectorized_map_hazard(
+      model_checks.all_layers(model))
+  if hazard is not None:
+    logging.info("tf_dp privacy self-check: the fast-path comparison is "
+                 "skipped (%s).", hazard)
     return
   grads = _seeded(lambda: per_example.record_gradients(
       model, loss_fn, x, y, w)[0])
