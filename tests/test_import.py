@@ -32,11 +32,13 @@ def test_import_tf_dp_does_not_import_tensorflow():
 def test_analysis_works_without_tensorflow():
   out = _run(textwrap.dedent("""
       from tf_dp.analysis import compute_dp_sgd_privacy
-      eps, order = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)
-      print(round(eps, 2))
+      pld, _ = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5)
+      rdp, _ = compute_dp_sgd_privacy(60000, 256, 1.1, 60, 1e-5,
+                                      accountant="rdp")
+      print(round(pld, 2), round(rdp, 2))
   """))
   assert out.returncode == 0, out.stderr
-  assert out.stdout.strip() == "2.6"
+  assert out.stdout.strip() == "2.38 2.6"
 
 
 def test_unknown_attribute_is_an_attribute_error():

@@ -46,6 +46,16 @@ def _assign(variables, values):
       lambda v, x: v.assign(tf.cast(x, v.dtype)), variables, values)))
 
 
+class _OpenLot:
+  """The lot being accumulated (a plain object: not tracked, not saved)."""
+
+  def __init__(self, state, records, examples, batches):
+    self.state = state
+    self.records = records
+    self.examples = examples
+    self.batches = batches
+
+
 class DPEngine(tf.Module):
   """Clipping, accumulation, noise and ledger for one optimizer."""
 
@@ -121,15 +131,35 @@ class DPEngine(tf.Module):
     self.global_state = _variables_like(self._query.initial_global_state(),
                                         "dp_global_state")
     self._templates = part_templates
-    self.lot_state = _variables_like(self._empty_lot(), "dp_lot_state")
-    self.lot_records = tf.Variable(0.0, trainable=False, name="lot_records")
-    self.lot_examples = tf.Variable(0.0, trainable=False, name="lot_examples")
-    self.batches_in_lot = tf.Variable(0, trainable=False, name="batches_in_lot")
+    # The open lot is an un-noised function of the data: it is kept out of
+    # checkpoints and saved models (an untracked holder), so a restore starts
+    # a fresh lot and nothing un-noised is ever written to disk.
+    self._open_lot = _OpenLot(
+        _variables_like(self._empty_lot(), "dp_lot_state"),
+        tf.Variable(0.0, trainable=False, name="lot_records"),
+        tf.Variable(0.0, trainable=False, name="lot_examples"),
+        tf.Variable(0, trainable=False, name="batches_in_lot"))
     self.dp_metrics = {name: tf.Variable(float("nan"), trainable=False,
                                          name=f"dp_{name}")
                        for name in ("accuracy", "count")
                        if "metrics" in parts}
     self._built = True
+
+  @property
+  def lot_state(self):
+    return self._open_lot.state
+
+  @property
+  def lot_records(self):
+    return self._open_lot.records
+
+  @property
+  def lot_examples(self):
+    return self._open_lot.examples
+
+  @property
+  def batches_in_lot(self):
+    return self._open_lot.batches
 
   def _empty_lot(self):
     return self._query.initial_sample_state(self._templates)

@@ -2,17 +2,18 @@
 
 A Keras optimizer's saved state is its step counter and slots. A DP
 optimizer's privacy state is, in addition, its **ledger** (every lot noised so
-far: the accountant's only input) and the **open lot** (the clipped sum of the
-batches of a lot not yet noised, when ``gradient_accumulation_steps > 1``).
-Both travel with the model in every Keras format, as plain arrays under names
-that start with ``tf_dp_``:
+far: the accountant's only input). It travels with the model in every Keras
+format, as plain arrays under names that start with ``tf_dp_``: the ledger's
+rows actually written (not its whole preallocated buffers), its counters and
+its current sampling parameters.
 
-* the ledger's rows actually written (not its whole preallocated buffers),
-  its counters and its current sampling parameters;
-* the open lot's sum, record and example counts and batch count.
-
-Not saved: the query's global state (the noise key among it, and e.g. an
-adaptive clip), which is re-initialised when training continues.
+Not saved: the query's global state (e.g. an adaptive clip), which is
+re-initialised when training continues; the noise key, which never leaves
+the process; and an open lot (the clipped sum of the batches of a lot not yet
+noised, when ``gradient_accumulation_steps > 1``): it is an un-noised
+function of the data, so it is never written to disk, and a model saved in
+the middle of a lot continues with a fresh lot (nothing of the open one was
+released).
 
 A ledger that cannot be restored is never restarted silently: the wrapped
 optimizer's ``iterations`` counts the lots applied (one ``apply`` per lot),
@@ -40,26 +41,12 @@ _LEDGER_ROWS = (("ledger_samples", "_samples", "ledger_sample_count"),
                 ("ledger_queries", "_queries", "ledger_query_count"))
 LEDGER_KEYS = tuple(k for k, _, _ in _LEDGER_SCALARS) + tuple(
     k for k, _, _ in _LEDGER_ROWS)
-_LOT_SCALARS = ("lot_records", "lot_examples", "batches_in_lot")
-
-
 def numpy(variable):
   return np.asarray(tf.convert_to_tensor(variable))
 
 
-def _lot_variables(engine):
-  """The open lot's variables, in a fixed order (after the engine is built)."""
-  return ([getattr(engine, name) for name in _LOT_SCALARS]
-          + tf.nest.flatten(engine.lot_state))
-
-
-def _lot_keys(count):
-  return list(_LOT_SCALARS) + [f"lot_state_{i}"
-                               for i in range(count - len(_LOT_SCALARS))]
-
-
 def export_state(engine):
-  """The engine's ledger and open lot as ``{name: numpy array}``."""
+  """The engine's ledger as ``{name: numpy array}``."""
   ledger = engine.ledger
   state = {key: np.asarray(numpy(getattr(ledger, attr)), dtype)
            for key, attr, dtype in _LEDGER_SCALARS}
@@ -67,15 +54,14 @@ def export_state(engine):
     # At least one row: some stores cannot hold an empty array.
     rows = max(int(state[count_key]), 1)
     state[key] = numpy(getattr(ledger, attr)[:rows])
-  if engine.built:
-    lot = _lot_variables(engine)
-    state.update({key: numpy(v) for key, v in zip(_lot_keys(len(lot)), lot)})
   return state
 
 
 def state_keys(count):
-  """The names of ``count`` exported arrays, in ``export_state`` order."""
-  return list(LEDGER_KEYS) + _lot_keys(count - len(LEDGER_KEYS))
+  """The names of ``count`` exported arrays, in ``export_state`` order
+  (files written with an open lot have more; those are ignored)."""
+  del count
+  return list(LEDGER_KEYS)
 
 
 def restore_ledger(ledger, state):
@@ -97,27 +83,11 @@ def restore_ledger(ledger, state):
     variable.assign(tf.cast(state[key], variable.dtype))
 
 
-def restore_lot(engine, state):
-  """Overwrites the engine's open lot with the one in ``state`` (if any)."""
-  lot = _lot_variables(engine)
-  keys = _lot_keys(len(lot))
-  if not any(key in state for key in keys):
-    return  # Saved before the first step: there is no open lot.
-  for key, variable in zip(keys, lot):
-    value = np.asarray(state[key]) if key in state else None
-    if value is None or value.shape != tuple(variable.shape):
-      found = "missing" if value is None else f"of shape {value.shape}"
-      raise ValueError(
-          f"The saved DP optimizer state does not match this model: the "
-          f"open lot's {key} is {found} but the model needs shape "
-          f"{tuple(variable.shape)}.")
-    variable.assign(tf.cast(value, variable.dtype))
-
-
 def restore_state(engine, state):
-  """Overwrites the built engine's ledger and open lot with ``state``."""
+  """Overwrites the built engine's ledger with ``state``; any open lot is
+  emptied (it is never saved)."""
   restore_ledger(engine.ledger, state)
-  restore_lot(engine, state)
+  engine.discard_lot()
 
 
 def check_ledger_covers(applied, ledger):
