@@ -14,10 +14,10 @@ predictable sampling would weaken the amplification the accountant credits.
 """
 
 import math
-import os
 
-import numpy as np
 import tensorflow as tf
+
+from tf_dp.data import lots
 
 
 def default_max_batch_size(n, q):
@@ -54,23 +54,13 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
   if not 0 < sampling_probability <= 1:
     raise ValueError("sampling_probability must lie in (0, 1]; got "
                      f"{sampling_probability!r}.")
-  if isinstance(batches_per_lot, bool) or not (
-      isinstance(batches_per_lot, int) and batches_per_lot >= 1):
-    raise ValueError("batches_per_lot must be an integer >= 1 (the "
-                     "DPOptimizer's gradient_accumulation_steps); got "
-                     f"{batches_per_lot!r}.")
+  batches_per_lot = lots.check_batches_per_lot(batches_per_lot)
   if max_batch_size is None:
     max_batch_size = default_max_batch_size(n, sampling_probability)
   per_batch = -(-int(max_batch_size) // batches_per_lot)
   lot_rows = per_batch * batches_per_lot
-  key = (int(np.frombuffer(os.urandom(8), np.int64)[0]) if seed is None
-         else int(seed))
-  xs = tf.nest.map_structure(tf.constant, x)
-  ys = tf.nest.map_structure(tf.constant, y)
 
-  def sample(lot_seed):
-    draws = tf.random.stateless_uniform(
-        [n], seed=tf.stack([lot_seed, tf.constant(0, tf.int64)]))
+  def choose(draws):
     chosen = tf.where(draws < sampling_probability)[:, 0]
     size = tf.shape(chosen)[0]
     tf.debugging.assert_less_equal(
@@ -79,14 +69,7 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
     pad = lot_rows - size
     index = tf.concat([chosen, tf.zeros([pad], tf.int64)], axis=0)
     weight = tf.concat([tf.ones([size]), tf.zeros([pad])], axis=0)
-    split = lambda t: tf.reshape(t, tf.concat(
-        [[batches_per_lot, per_batch], tf.shape(t)[1:]], 0))
-    gather = lambda t: split(tf.gather(t, index))
-    return (tf.nest.map_structure(gather, xs),
-            tf.nest.map_structure(gather, ys), split(weight))
+    return index, weight
 
-  # Fresh lot seeds on every iteration: re-iterating the dataset (e.g. one
-  # pass per Keras epoch) never repeats a sample.
-  lot_seeds = tf.data.Dataset.random(seed=key,
-                                     rerandomize_each_iteration=True)
-  return lot_seeds.take(num_steps).map(sample).unbatch()
+  return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
+                          stream=0)
