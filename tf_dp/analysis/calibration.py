@@ -90,6 +90,7 @@ def compute_epochs(n, batch_size, noise_multiplier, target_epsilon, delta,
   ``(0.0, 0)`` if one step already exceeds the target and
   ``(inf, inf)`` beyond 10^9 steps.
   """
+  n, batch_size = _validation.check_dataset(n, batch_size)
   target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
   per_step = batch_size / n

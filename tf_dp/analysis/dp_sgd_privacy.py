@@ -49,14 +49,8 @@ def dp_sgd_steps(n, batch_size, epochs):
 
 
 def _check_run(n, batch_size, epochs):
-  n = _validation.check_positive_int("n", n)
-  batch_size = _validation.check_positive_int("batch_size", batch_size)
-  if batch_size > n:
-    raise ValueError(
-        f"batch_size ({batch_size}) must not exceed the dataset size n ({n}).")
-  if not epochs > 0:
-    raise ValueError(f"epochs must be > 0; got {epochs!r}.")
-  return n, batch_size, float(epochs)
+  n, batch_size = _validation.check_dataset(n, batch_size)
+  return n, batch_size, _validation.check_epochs("epochs", epochs)
 
 
 def _check_sampling(sampling):
