@@ -22,9 +22,12 @@ for _ in range(100):  # 100 samples, each a noised sum of clipped records
   _, state, _ = query.get_noised_result(sample, state)
 
 # %%
-exported = ledger.to_json()          # plain JSON: keep it with the model
-print(json.loads(exported)["samples"][0])
-eps, order = tf_dp.analysis.compute_epsilon_from_ledger(exported, delta=1e-5)
+exported = ledger.to_json()  # plain JSON, run-length encoded: keep it with the model
+print(json.loads(exported)["runs"][0])  # 100 identical samples: one run
+eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(exported, delta=1e-5)
+print(f"tf_dp PLD accountant (default): epsilon={eps:.3f}")
+eps, order = tf_dp.analysis.compute_epsilon_from_ledger(exported, delta=1e-5,
+                                                        accountant="rdp")
 print(f"tf_dp RDP accountant: epsilon={eps:.3f} (order {order:g})")
 
 # %% [markdown]
