@@ -48,7 +48,8 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     per_example_loss_fn: ``f(y_true, y_pred, sample_weight) -> [n]``
       weighted losses, one per example (``tf_dp.keras.losses``).
     x, y: The batch (nests of tensors with a leading batch axis).
-    sample_weight: ``[batch]`` weights or None.
+    sample_weight: ``[batch]`` weights, a nest of them (one per output, as
+      Keras passes them for several outputs), or None.
     num_microbatches: None for per-example records.
 
   Returns:
@@ -63,7 +64,8 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
   if sample_weight is None:
     batch = tf.shape(tf.nest.flatten(x)[0])[0]
     sample_weight = tf.ones([batch], tf.float32)
-  ws = split(tf.cast(sample_weight, tf.float32))
+  ws = tf.nest.map_structure(lambda w: split(tf.cast(w, tf.float32)),
+                             sample_weight)
 
   def one_record(args):
     xi, yi, wi = args
