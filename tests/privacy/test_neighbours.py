@@ -7,8 +7,9 @@ the same weights, and asserts that the clipped sum moved by at most 2C
 was drawn. The cases are drawn from the product of model, loss (every name
 and class of the registry, labels with and without a trailing 1), weighting,
 microbatches, accumulation, sampling and per-example path; a run takes a
-sample of it (TF_DP_PRIVACY_SEED, TF_DP_PRIVACY_CASES; the seed is in each
-case's id), plus the fixed cases that once broke the promise.
+sample of it (TF_DP_PRIVACY_SEED: a number, or "random"; TF_DP_PRIVACY_CASES;
+the seed is in each case's id), plus the fixed cases that once broke the
+promise.
 """
 
 import dataclasses
@@ -23,7 +24,11 @@ from tests.privacy import catalogue
 from tests.privacy import neighbours
 from tests.privacy.neighbours import Case
 
-SEED = int(os.environ.get("TF_DP_PRIVACY_SEED", random.SystemRandom().randrange(10 ** 6)))
+# A fixed default keeps CI reproducible; set TF_DP_PRIVACY_SEED=random (or a
+# number) to explore other parts of the product.
+_SEED_SETTING = os.environ.get("TF_DP_PRIVACY_SEED", "20261122")
+SEED = (random.SystemRandom().randrange(10 ** 6) if _SEED_SETTING == "random"
+        else int(_SEED_SETTING))
 CASES_PER_FLAVOUR = int(os.environ.get("TF_DP_PRIVACY_CASES", "8"))
 TOLERANCE = 1e-4  # float32 rounding of sums of a few clipped gradients.
 
@@ -58,6 +63,8 @@ def _valid(case, names):
       case.microbatches or case.weighting in ("sample_weight",
                                               "class_weight")):
     return False  # Poisson lots carry presence weights, no microbatches.
+  if case.model == "shared" and case.method == "fast":
+    return False  # A layer called twice is refused by "fast" (by design).
   if case.weighting == "class_weight" and (
       kind not in ("sparse", "binary") or case.model == "two_outputs"):
     return False
