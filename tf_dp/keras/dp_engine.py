@@ -282,18 +282,14 @@ class DPEngine(tf.Module):
     n = tf.cast(self.ledger.population_size, tf.float32)
     if cfg.sampling == "poisson":
       denominator = tf.constant(cfg.sampling_probability, tf.float32) * n
-      written = None
+      drawn = {}  # The sampler's q; the size drawn is private.
     else:
       denominator = records
+      drawn = dict(sample_size=examples, examples_per_record=(
+          examples / records if cfg.num_microbatches is not None else None))
     result, new_global, event = self._query.get_noised_result(
         lot, _read(self.global_state))
-    if cfg.sampling == "poisson":
-      written = self.ledger.record_sample(event)
-    else:
-      per_record = (examples / records if cfg.num_microbatches is not None
-                    else None)
-      written = self.ledger.record_sample(event, sample_size=examples,
-                                          examples_per_record=per_record)
+    written = self.ledger.record_sample(event, **drawn)
     updates = [written, _assign(self.global_state, new_global)]
     for key, layer in self._bn_layers.items():
       stats = BatchNormStatsQuery.statistics(result[key], denominator)
