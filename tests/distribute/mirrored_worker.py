@@ -5,6 +5,9 @@ test_mirrored_strategy.py. Usage:
 
   mirrored_worker.py keras3|keras2 exact|noise           # MirroredStrategy,
                                                          # 2 logical CPUs
+  mirrored_worker.py keras3|keras2 one_replica|microbatches|neighbour
+      # one logical CPU (one_replica), or 2 with num_microbatches=4
+      # (microbatches) or one example replaced, noise 0 (neighbour)
   mirrored_worker.py keras3|keras2 exact|noise PORT0 PORT1 INDEX
       # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
 """
@@ -40,6 +43,8 @@ from tests.keras import helpers  # pylint: disable=g-import-not-at-top
 K = compat.keras3() if flavor == "keras3" else compat.keras2()
 if MULTI_WORKER:
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
+elif mode == "one_replica":
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
 else:
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 out = {"replicas": strategy.num_replicas_in_sync}
@@ -52,21 +57,50 @@ def fit_data(x, y, batch):
     return (x, y, batch)
   return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch), None,
           None)
-if mode == "exact":
-  x, y = helpers.make_data("dense", 8, seed=1)
+
+
+def one_step(x, y, clip, **dp_kwargs):
+  """Weights before and after one noise-free DP step on the whole batch."""
   with strategy.scope():
-    model = helpers.build_model(K, "dense")
-  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
-  with strategy.scope():
-    model = tf_dp.keras.make_private(model)
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
     model.compile(optimizer=tf_dp.DPOptimizer(
-        K.optimizers.SGD(1.0), l2_norm_clip=0.05, noise_multiplier=0.0,
-        population_size=8),
+        K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=0.0,
+        population_size=len(x), **dp_kwargs),
         loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  model.fit(*fit_data(x, y, 8), epochs=1, verbose=0)
-  got = [v.numpy() for v in model.trainable_variables]
+  before = [np.asarray(v.numpy(), np.float64)
+            for v in model.trainable_variables]
+  model.fit(*fit_data(x, y, len(x)), epochs=1, verbose=0, shuffle=False)
+  after = [np.asarray(v.numpy(), np.float64)
+           for v in model.trainable_variables]
+  return model, before, after
+
+
+if mode in ("exact", "one_replica", "microbatches"):
+  x, y = helpers.make_data("dense", 8, seed=1)
+  microbatch = 2 if mode == "microbatches" else 1
+  with strategy.scope():
+    reference_model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(reference_model, x, y, clip=0.05,
+                                      lr=1.0, microbatch=microbatch)
+  model, _, got = one_step(
+      x, y, 0.05, num_microbatches=4 if mode == "microbatches" else None)
   out["max_abs_error"] = float(max(np.max(np.abs(a - b))
                                    for a, b in zip(expected, got)))
+  sample = model.optimizer.ledger.to_dict()["samples"][0]
+  out["examples_per_record"] = sample.get("examples_per_record")
+elif mode == "neighbour":
+  # Replace one example; with noise 0 and SGD(1), batch x (update change)
+  # is the change of the clipped sum: at most 2C.
+  x, y = helpers.make_data("dense", 8, seed=1)
+  x2, y2 = x.copy(), y.copy()
+  x2[5], y2[5] = 10.0 * x[0], (y[0] + 1) % 3
+  clip = 0.01
+  _, before, after = one_step(x, y, clip)
+  _, before2, after2 = one_step(x2, y2, clip)
+  change = np.sqrt(sum(np.sum(((a - b) - (a2 - b2)) ** 2) for a, b, a2, b2
+                       in zip(after, before, after2, before2))) * len(x)
+  out["sum_change"] = float(change)
+  out["bound"] = 2 * clip
 else:
   n, batch, clip, z = 400, 10, 2.0, 1.5
   x = np.zeros((n, 6), "float32")

@@ -70,6 +70,34 @@ def test_mirrored_step_equals_per_example_loop(flavor):
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_strategy_with_one_replica_equals_per_example_loop(flavor):
+  # A single-GPU machine's MirroredStrategy: the DP step still merges in
+  # cross-replica context (the noise counter and ledger are its variables).
+  result = run_worker(flavor, "one_replica")
+  assert result["replicas"] == 1
+  assert result["max_abs_error"] < 1e-6
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_num_microbatches_counts_microbatches_of_the_global_batch(flavor):
+  # num_microbatches=4 on 2 replicas: 4 records of 2 examples in all (each
+  # replica splits its 4 examples in 2), as without a strategy.
+  result = run_worker(flavor, "microbatches")
+  assert result["replicas"] == 2
+  assert result["max_abs_error"] < 1e-6
+  assert result["examples_per_record"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_neighbour_moves_the_clipped_sum_by_at_most_2c(flavor):
+  result = run_worker(flavor, "neighbour")
+  assert result["replicas"] == 2
+  # The replaced example is clipped on its replica: 2C, float32 rounding.
+  assert result["sum_change"] <= result["bound"] * (1 + 1e-4)
+  assert result["sum_change"] > 0.5 * result["bound"]
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_noise_once_per_global_batch(flavor):
   # As in the single-device test: 40 steps x 30 kernel entries, tolerance
   # 8% (4 sd). Noise added per replica would give sqrt(2) x the stddev;

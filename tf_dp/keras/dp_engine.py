@@ -187,7 +187,8 @@ class DPEngine(tf.Module):
       if hazard is not None:
         raise ValueError(hazard)
       grads, y_pred, losses = per_example.record_gradients(
-          model, loss_fn, x, y, sample_weight, cfg.num_microbatches)
+          model, loss_fn, x, y, sample_weight,
+          self.microbatches_per_replica())
       clipped = tf.vectorized_map(
           lambda g: self._grad_query.preprocess_record(grad_params, g), grads,
           fallback_to_while_loop=True)
@@ -240,6 +241,29 @@ class DPEngine(tf.Module):
         (labels, y_pred))
     return self._masked_sum(records, present)
 
+  def microbatches_per_replica(self):
+    """Microbatches of this replica's batch, or None (per-example records).
+
+    ``num_microbatches`` counts microbatches of the global batch: under a
+    strategy with R replicas each replica splits its part into
+    ``num_microbatches / R`` records.
+
+    Raises:
+      ValueError: if ``num_microbatches`` is not a multiple of R.
+    """
+    total = self.config.num_microbatches
+    if total is None:
+      return None
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if total % replicas:
+      raise ValueError(
+          f"num_microbatches={total} counts microbatches of the global batch "
+          f"and must be a multiple of the {replicas} replicas of the "
+          f"tf.distribute strategy (each replica splits its part of the "
+          f"batch into num_microbatches / replicas records). Use a multiple "
+          f"of {replicas}.")
+    return total // replicas
+
   def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params):
     """The fast path's result, or None (after logging why) to fall back."""
     method = self.config.per_example_method
@@ -248,13 +272,13 @@ class DPEngine(tf.Module):
     reason = fast_clipping.fast_path_unavailable_reason(model,
                                                         self._grad_query)
     if reason is None:
-      if self.config.num_microbatches is not None:
-        per_example.split_into_records(tf.nest.flatten(x)[0],
-                                       self.config.num_microbatches)
+      microbatches = self.microbatches_per_replica()
+      if microbatches is not None:
+        per_example.split_into_records(tf.nest.flatten(x)[0], microbatches)
       try:
         result = fast_clipping.clipped_batch_sum(
             model, loss_fn, x, y, sample_weight, self._grad_query, params,
-            self.config.num_microbatches, return_taps=True)
+            microbatches, return_taps=True)
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
             fast_clipping.clipping_plan(model))
@@ -319,8 +343,8 @@ class DPEngine(tf.Module):
     """One batch: clip, add to the lot, and on the lot's last batch noise
     once and apply.
 
-    Under a ``tf.distribute`` strategy with several replicas, each replica
-    clips its own examples; one ``merge_call`` sums the replicas' clipped
+    Under a ``tf.distribute`` strategy, each replica clips its own
+    examples; one ``merge_call`` sums the replicas' clipped
     sums and runs the rest once, in cross-replica context: the noise is
     added once per global lot and the ledger gets one sample per lot.
     ``apply_fn(mean_gradients)`` applies the private mean gradient.
@@ -329,16 +353,19 @@ class DPEngine(tf.Module):
     y_pred, losses, batch_sum, records, examples = self.clipped_batch_sum(
         model, loss_fn, x, y, sample_weight)
     context = tf.distribute.get_replica_context()
-    strategy = tf.distribute.get_strategy()
-    if context is not None and strategy.num_replicas_in_sync > 1:
+    if context is not None and tf.distribute.has_strategy():
+      # Any strategy, even with one replica: its variables (the noise draw
+      # counter, the ledger) may only be updated in cross-replica context.
 
       def merge(strategy, batch_sum, records, examples):
         total = lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v,
                                           axis=None)
         # Optimizers apply in replica context (as Keras's own
-        # LossScaleOptimizer does): every replica applies the same mean.
+        # LossScaleOptimizer does): every replica applies the same mean,
+        # copied onto its device (an all-reduce needs placed values).
+        on_replica = lambda mean: apply_fn([tf.identity(g) for g in mean])
         apply_in_replicas = lambda mean: strategy.extended.call_for_each_replica(
-            apply_fn, args=(mean,))
+            on_replica, args=(mean,))
         return self._add_to_lot(tf.nest.map_structure(total, batch_sum),
                                 total(records), total(examples),
                                 apply_in_replicas)
