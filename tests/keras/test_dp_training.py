@@ -193,6 +193,26 @@ def test_unconverted_model_fails_at_first_step_with_the_fix(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
+def test_the_fix_after_a_failed_fit_trains_privately(K):
+  # The error's one-line fix, applied after the failed fit, without a new
+  # compile: the next fit takes the DP step (one clipped, noise-free step
+  # equals the per-example loop).
+  x, y = helpers.make_data("dense", 8)
+  model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
+  model.compile(optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(1.0), 0.05, 0.0,
+                                            population_size=8),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(Exception, match="make_private"):
+    model.fit(x, y, batch_size=8, verbose=0)
+  model = tf_dp.keras.make_private(model)
+  model.fit(x, y, batch_size=8, verbose=0, shuffle=False)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  assert len(model.optimizer.ledger.to_dict()["samples"]) == 1
+
+
+@pytest.mark.parametrize("K", KERAS)
 def test_private_model_with_plain_optimizer_is_refused(K):
   x, y = helpers.make_data("dense", 8)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))

@@ -151,6 +151,9 @@ def make_private(model, self_check=True):
   model._tf_dp_self_check = bool(self_check)  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
+  # A fit before the conversion traced the non-private step: trace anew.
+  if getattr(model, "train_function", None) is not None:
+    model.train_function = None
   return model
 
 
