@@ -158,6 +158,56 @@ def test_regularization_is_added_outside_the_clipped_sum(K):
     np.testing.assert_allclose(b, a, atol=1e-6)
 
 
+def _penalised_model(K, data_dependent):
+  """Dense(3) after a layer whose add_loss depends on its scale vector s
+  (0.1 ||s||^2) or on its input (mean of squares), with s = 1 initially."""
+
+  class Penalised(K.layers.Layer):
+
+    def build(self, input_shape):
+      self.s = self.add_weight(name="s", shape=(input_shape[-1],),
+                               initializer="ones")
+
+    def call(self, inputs):
+      self.add_loss(tf.reduce_mean(tf.square(inputs)) if data_dependent
+                    else 0.1 * tf.reduce_sum(tf.square(self.s)))
+      return inputs * self.s
+
+  init = K.initializers.GlorotUniform(seed=0)
+  return K.Sequential([K.layers.Input((6,)), Penalised(),
+                       K.layers.Dense(3, kernel_initializer=init)])
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("K", KERAS)
+def test_add_loss_on_weights_is_added_outside_the_clipped_sum(K, method):
+  x, y = helpers.make_data("dense", 8)
+  model = _penalised_model(K, data_dependent=False)
+  # s = 1 makes the model the plain Dense layer; the per-example loop
+  # gives the clipped step of (s, kernel, bias).
+  expected = helpers.reference_update(model, x, y, clip=0.01, lr=1.0)
+  expected[0] -= 2 * 0.1 * np.ones(6)  # d/ds of 0.1 ||s||^2, unclipped.
+  model = compile_dp(K, model, 8, clip=0.01, noise=0.0,
+                     per_example_method=method)
+  history = model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+  assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("K", KERAS)
+def test_data_dependent_add_loss_is_refused_before_any_update(K, method):
+  x, y = helpers.make_data("dense", 8)
+  model = compile_dp(K, _penalised_model(K, data_dependent=True), 8,
+                     clip=0.01, noise=0.0, per_example_method=method)
+  before = weights(model)
+  with pytest.raises(Exception, match="add_loss.*depends on the input data"):
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+  for a, b in zip(before, weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("K", KERAS)
 def test_dropout_draws_one_mask_per_example(K):
   model = K.Sequential([K.layers.Input((50,)),

@@ -2,8 +2,10 @@
 
 * BatchNormalization mixes examples: one example's gradient depends on the
   others, so clipping no longer bounds a record's contribution. Refused.
-* Activity regularisers and ``add_loss`` terms depend on the data and are
-  not clipped per example. Refused.
+* Activity regularisers depend on the data and are not clipped per example.
+  Refused. ``add_loss`` terms are evaluated on a public input (no data) and
+  added outside the clipped sum; one that depends on the data is refused at
+  the first step (``public_penalty``).
 * Keras 3's Dropout, GaussianNoise and GaussianDropout draw from a stateless
   ``SeedGenerator``: under ``tf.vectorized_map`` every example would get the
   same mask. Their ``call`` is switched to stateful TF random ops, which
@@ -123,6 +125,71 @@ def validate_and_prepare(model, flavor):
           f"Layer {layer.name!r} ({cls}) draws randomness from a Keras 3 "
           f"SeedGenerator; inside tf.vectorized_map every example would get "
           f"the same draw. Replace it with a layer that uses tf.random ops.")
+
+
+DATA_DEPENDENT_LOSS_ERROR = (
+    "A layer of this model adds a loss with add_loss() that depends on the "
+    "input data: tf_dp cannot clip it per example, so training with it "
+    "would not be private. Compute that term inside the compiled loss (it "
+    "is then clipped with the rest of each example's loss), or make it "
+    "depend on the weights only.")
+
+
+def _added_loss_terms(model):
+  """The ``add_loss`` terms of the model's most recent call."""
+  return [t for layer in model._flatten_layers(include_self=True)  # pylint: disable=protected-access
+          for t in getattr(layer, "_losses", [])]
+
+
+def adds_losses(model, x):
+  """Whether a call of ``model`` adds ``add_loss`` terms.
+
+  Decided once per model by tracing (never running) a call on a batch of
+  one, and cached.
+  """
+  cached = getattr(model, "_tf_dp_adds_losses", None)
+  if cached is None:
+    spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec([1] + list(t.shape[1:]), t.dtype), x)
+    tf.function(lambda t: model(t, training=True)).get_concrete_function(
+        spec)
+    cached = bool(_added_loss_terms(model))
+    model._tf_dp_adds_losses = cached  # pylint: disable=protected-access
+  return cached
+
+
+def _public_batch_of_one(x, draw):
+  def one(t):
+    shape = tf.concat([[1], tf.shape(t)[1:]], 0)
+    if t.dtype.is_floating:
+      return tf.cast(draw(shape), t.dtype)
+    return tf.cast(draw(shape) > 0, t.dtype)  # 0 and 1: valid ids, masks.
+  return tf.nest.map_structure(one, x)
+
+
+def public_penalty(model, x):
+  """``model.losses`` (``add_loss`` terms and regularisers) evaluated on a
+  public input, and its gradient.
+
+  The input is a batch of one that holds no data (zeros); the same terms on
+  a random public input must agree, otherwise the loss depends on the data
+  and the step fails before any update with ``DATA_DEPENDENT_LOSS_ERROR``.
+  Returns ``(penalty, gradients)``: nothing in them depends on the batch.
+  """
+  variables = model.trainable_variables
+  with tf.GradientTape() as tape:
+    model(_public_batch_of_one(x, tf.zeros), training=True)
+    terms = [tf.cast(t, tf.float32) for t in model.losses]
+    penalty = tf.add_n(terms) if terms else tf.constant(0.0)
+  grads = tape.gradient(penalty, variables)
+  model(_public_batch_of_one(x, tf.random.normal), training=True)
+  terms = [tf.cast(t, tf.float32) for t in model.losses]
+  other = tf.add_n(terms) if terms else tf.constant(0.0)
+  same = tf.debugging.assert_near(penalty, other, rtol=1e-5, atol=1e-7,
+                                  message=DATA_DEPENDENT_LOSS_ERROR)
+  with tf.control_dependencies([same]):
+    return tf.identity(penalty), [
+        None if g is None else tf.identity(g) for g in grads]
 
 
 def weight_regularization_loss(model, flavor):

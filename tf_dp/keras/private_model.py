@@ -42,26 +42,50 @@ def _dp_train_step(self, data):
   variables = self.trainable_variables
   with tf.init_scope():  # Create the DP state eagerly, once.
     optimizer.ensure_built(variables, self)
+  penalty = None
+  if model_checks.adds_losses(self, x):
+    # add_loss terms: evaluated on a public input, outside the clipped sum.
+    penalty, penalty_grads = model_checks.public_penalty(self, x)
 
   def apply_fn(mean_grads):
-    with tf.GradientTape() as tape:
-      reg = model_checks.weight_regularization_loss(self, flavor)
-    if reg is not None:
-      reg_grads = per_example.gradients_or_zeros(
-          tape.gradient(reg, variables), variables)
-      mean_grads = [g + r for g, r in zip(mean_grads, reg_grads)]
+    if penalty is not None:
+      extra = penalty_grads
+    else:
+      with tf.GradientTape() as tape:
+        reg = model_checks.weight_regularization_loss(self, flavor)
+      extra = None if reg is None else tape.gradient(reg, variables)
+    if extra is not None:
+      extra = per_example.gradients_or_zeros(extra, variables)
+      mean_grads = [g + r for g, r in zip(mean_grads, extra)]
     optimizer.apply_private_gradients(mean_grads, variables)
 
   y_pred, _ = optimizer.dp_engine.step(self, loss_fn, x, y, sample_weight,
                                        apply_fn)
-  loss = self.compute_loss(x, y, y_pred, sample_weight)
-  if flavor == "keras3":  # Keras 3's compute_loss does not track the loss.
-    batch = tf.shape(tf.nest.flatten(x)[0])[0]
-    self._loss_tracker.update_state(loss, sample_weight=batch)  # pylint: disable=protected-access
+  loss = _reported_loss(self, flavor, x, y, y_pred, sample_weight, penalty)
   logs = self.compute_metrics(x, y, y_pred, sample_weight)
   for name, variable in optimizer.dp_engine.dp_metrics.items():
     logs = dict(logs, **{f"dp_{name}": variable.read_value()})
   return logs
+
+
+def _reported_loss(model, flavor, x, y, y_pred, sample_weight, penalty):
+  """The batch loss Keras reports (and tracks), with ``penalty`` standing
+  for ``model.losses`` when the model adds losses."""
+  if flavor == "keras3":
+    if penalty is not None:
+      model._losses_override = [penalty]  # pylint: disable=protected-access
+    try:
+      loss = model.compute_loss(x, y, y_pred, sample_weight)
+    finally:
+      model._losses_override = []  # pylint: disable=protected-access
+    # Keras 3's compute_loss does not track the loss.
+    batch = tf.shape(tf.nest.flatten(x)[0])[0]
+    model._loss_tracker.update_state(loss, sample_weight=batch)  # pylint: disable=protected-access
+    return loss
+  if penalty is not None:
+    return model.compiled_loss(y, y_pred, sample_weight,
+                               regularization_losses=[penalty])
+  return model.compute_loss(x, y, y_pred, sample_weight)
 
 
 def _first_batch(self, args, kwargs):

@@ -144,8 +144,14 @@ class LocalVectorizedRule:
 
     def one(inputs):
       rec_args, rec_grad = inputs
-      with tf.GradientTape() as tape:
-        out = self._call(*rec_args, **kwargs)
+      # The layer's add_loss terms are not part of a record's gradient
+      # (the train step adds them from a public input): not re-added here.
+      layer.add_loss = lambda *unused_args, **unused_kwargs: None
+      try:
+        with tf.GradientTape() as tape:
+          out = self._call(*rec_args, **kwargs)
+      finally:
+        del layer.add_loss
       grads = tape.gradient(out, variables, output_gradients=rec_grad)
       return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if gr is None
               else tf.convert_to_tensor(gr) for gr, v in zip(grads, variables)]
