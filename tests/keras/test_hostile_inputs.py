@@ -97,6 +97,18 @@ def test_model_without_trainable_variables_is_refused(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_is_refused_with_the_fix(K, policy):
+  K.mixed_precision.set_global_policy(policy)
+  try:
+    model = helpers.build_model(K, "dense")
+  finally:
+    K.mixed_precision.set_global_policy("float32")
+  with pytest.raises(ValueError, match=f"{policy}.*set_global_policy"):
+    tf_dp.keras.make_private(model)
+
+
+@pytest.mark.parametrize("K", KERAS)
 def test_zero_noise_trains_but_the_ledger_says_infinite_epsilon(K):
   x, y = helpers.make_data("dense", 16)
   with pytest.warns(UserWarning, match="epsilon = inf"):

@@ -27,6 +27,14 @@ BATCH_NORM_ERROR = (
     "tf_dp.dp_query.BatchNormStatsQuery in the same ledger sample.")
 
 
+MIXED_PRECISION_ERROR = (
+    "Layer {name!r} computes in {compute} (dtype policy {policy!r}): tf_dp "
+    "clips and noises per-example gradients in the variables' float32 and "
+    "does not support mixed precision (nor the LossScaleOptimizer Keras "
+    "adds for mixed_float16). Build and compile the model under "
+    "keras.mixed_precision.set_global_policy('float32').")
+
+
 def all_layers(model):
   return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
 
@@ -95,6 +103,14 @@ def batch_norm_classes(flavor):
 def validate_and_prepare(model, flavor):
   """Refuses layers that break per-example DP; fixes Keras 3 randomness."""
   batch_norms = batch_norm_classes(flavor)
+  for layer in [model] + all_layers(model):
+    compute = str(getattr(layer, "compute_dtype", None))
+    if compute in ("float16", "bfloat16") and compute != str(
+        getattr(layer, "variable_dtype", compute)):
+      policy = getattr(layer, "dtype_policy", None)
+      raise ValueError(MIXED_PRECISION_ERROR.format(
+          name=layer.name, compute=compute,
+          policy=getattr(policy, "name", policy)))
   for layer in all_layers(model):
     cls = type(layer).__name__
     if isinstance(layer, batch_norms):

@@ -33,6 +33,12 @@ def _dp_train_step(self, data):
           f"per-example gradients need dense batches. Pad the batch (e.g. "
           f"ragged.to_tensor()) and mask the padding in the model.")
   optimizer = self.optimizer
+  inner = getattr(optimizer, "inner_optimizer", None)
+  if inner is not None and optimizer_lib.is_dp_optimizer(inner):
+    raise ValueError(model_checks.MIXED_PRECISION_ERROR.format(
+        name=self.name, compute="float16", policy="mixed_float16") +
+                     f" (Keras wrapped the DPOptimizer in a "
+                     f"{type(optimizer).__name__}.)")
   if not optimizer_lib.is_dp_optimizer(optimizer):
     raise TypeError(
         "This model was converted with tf_dp.keras.make_private but compiled "
