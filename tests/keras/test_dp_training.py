@@ -158,6 +158,38 @@ def test_regularization_is_added_outside_the_clipped_sum(K):
     np.testing.assert_allclose(b, a, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind,method", [
+    ("LSTM", "auto"), ("GRU", "vectorized"), ("masked SimpleRNN", "auto"),
+    ("masked LSTM", "vectorized")])
+@pytest.mark.parametrize("K", KERAS)
+def test_recurrent_layers_pfor_cannot_convert_equal_the_loop(K, kind, method):
+  # tf-keras LSTM/GRU (TensorList variants) and RNNs behind an Embedding
+  # (masked or not) defeat tf.vectorized_map; their records are computed by
+  # a loop, still each from its own example. (A masked RNN takes a tensor
+  # keyword, so "auto" runs the rest of the model on the fast path.)
+  masked = kind.startswith("masked")
+  layer = getattr(K.layers, kind.split()[-1])
+  init = K.initializers.GlorotUniform(seed=0)
+  model = K.Sequential([
+      K.layers.Input((7,), dtype="int32"),
+      K.layers.Embedding(10, 4, mask_zero=masked,
+                         embeddings_initializer=init),
+      layer(3, kernel_initializer=init,
+            recurrent_initializer=K.initializers.Orthogonal(seed=0)),
+      K.layers.Dense(3, kernel_initializer=init)])
+  rng = np.random.default_rng(0)
+  x = rng.integers(1, 10, size=(6, 7)).astype("int32")
+  x[:, 5:] = 0
+  x[2, 3:] = 0
+  y = rng.integers(0, 3, size=(6,)).astype("int32")
+  expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
+  model = compile_dp(K, model, 6, clip=0.05, noise=0.0,
+                     per_example_method=method)
+  model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(expected, weights(model)):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+
+
 def _penalised_model(K, data_dependent):
   """Dense(3) after a layer whose add_loss depends on its scale vector s
   (0.1 ||s||^2) or on its input (mean of squares), with s = 1 initially."""

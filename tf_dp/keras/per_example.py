@@ -7,6 +7,7 @@ the loss vector (O(batch^2)). A record is one example, or one microbatch of
 mean over its examples.
 """
 
+from absl import logging
 import tensorflow as tf
 
 
@@ -18,6 +19,46 @@ def gradients_or_zeros(grads, variables):
   """
   return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if g is None
           else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
+
+
+def is_masked_rnn(layer, mask=None):
+  """A recurrent layer called with a mask: pfor converts its TensorList
+  loop into a program that fails at run time."""
+  return hasattr(layer, "cell") and mask is not None
+
+
+def pfor_breaks_recurrence(layers):
+  """Whether a whole-model ``tf.vectorized_map`` would mis-convert a
+  recurrent layer among ``layers``: pfor turns the layer's TensorList loop
+  into a program that fails at run time when the layer's input comes from
+  an Embedding lookup or carries a mask (measured on Keras 3 and tf-keras
+  with TF 2.21)."""
+  feeds = any(getattr(layer, "mask_zero", False) or type(layer).__name__ in (
+      "Masking", "Embedding") for layer in layers)
+  return feeds and any(hasattr(layer, "cell") for layer in layers)
+
+
+def map_records(fn, elems, loop=False):
+  """``fn`` applied to each record of ``elems``: ``tf.vectorized_map``, or
+  a ``tf.map_fn`` loop when ``loop`` is set or pfor cannot convert the
+  computation at all (e.g. tf-keras LSTM/GRU, whose TensorList variants pfor
+  rejects). Both compute each record from that record alone.
+  """
+  if not loop:
+    try:
+      return tf.vectorized_map(fn, elems, fallback_to_while_loop=True)
+    except (TypeError, ValueError, NotImplementedError) as e:
+      logging.log_first_n(
+          logging.WARNING, "tf_dp: tf.vectorized_map cannot convert the "
+          "per-record computation (%s); a tf.map_fn loop computes it "
+          "instead (slower).", 1, str(e).splitlines()[-1][:200])
+  record_spec = tf.nest.map_structure(
+      lambda t: tf.TensorSpec(t.shape[1:], t.dtype), elems)
+  traced = tf.function(fn, autograph=False).get_concrete_function(
+      record_spec).structured_outputs
+  signature = tf.nest.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype), traced)
+  return tf.map_fn(fn, elems, fn_output_signature=signature)
 
 
 def split_into_records(tensor, num_microbatches):
@@ -76,7 +117,8 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     grads = gradients_or_zeros(tape.gradient(loss, variables), variables)
     return grads, pred, losses
 
-  grads, preds, losses = tf.vectorized_map(one_record, (xs, ys, ws),
-                                           fallback_to_while_loop=True)
+  grads, preds, losses = map_records(
+      one_record, (xs, ys, ws), loop=pfor_breaks_recurrence(
+          model._flatten_layers(include_self=False)))  # pylint: disable=protected-access
   merge = lambda t: tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
   return grads, tf.nest.map_structure(merge, preds), merge(losses)

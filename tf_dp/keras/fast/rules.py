@@ -28,6 +28,7 @@ SeparableConv2D, Conv2DTranspose, LayerNormalization, GroupNormalization.
 import tensorflow as tf
 
 from tf_dp.keras import compat
+from tf_dp.keras import per_example
 from tf_dp.keras.fast import linear
 
 _RULES = {}
@@ -156,8 +157,9 @@ class LocalVectorizedRule:
       return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if gr is None
               else tf.convert_to_tensor(gr) for gr, v in zip(grads, variables)]
 
-    per_record = tf.vectorized_map(one, (args, grads_out),
-                                   fallback_to_while_loop=True)
+    per_record = per_example.map_records(
+        one, (args, grads_out),
+        loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
     return {"per_record": per_record}
 
   def sq_norms(self, state):
