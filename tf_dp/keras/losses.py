@@ -178,3 +178,35 @@ def per_example_loss_fn(model, flavor):
     return tf.reshape(values, [-1])
 
   return per_example
+
+
+def per_example_loss_from(loss, flavor):
+  """``f(y_true, y_pred, sample_weight) -> [batch]`` float32 losses from a
+  loss given by hand (custom training loops).
+
+  ``loss`` is a Keras loss name or object, or a function ``(y_true,
+  y_pred) -> loss``. Privacy contract: entry ``i`` is ``loss`` evaluated on
+  a batch holding example ``i`` alone (averaged over its non-batch axes),
+  times its sample weight: it reads no other example, whatever ``loss``
+  does with its batch.
+  """
+  if isinstance(loss, str):
+    from tf_dp.keras import compat  # pylint: disable=g-import-not-at-top
+    loss = compat.module_for(flavor).losses.get(loss)
+  if not callable(loss):
+    raise ValueError(f"loss must be a Keras loss (name or object) or a "
+                     f"function (y_true, y_pred) -> loss; got {loss!r}.")
+
+  def per_example(y_true, y_pred, sample_weight=None):
+    def one(example):
+      value = loss(tf.nest.map_structure(_leading_one, example[0]),
+                   tf.nest.map_structure(_leading_one, example[1]))
+      return tf.reduce_mean(tf.cast(tf.convert_to_tensor(value), tf.float32))
+
+    values = tf.reshape(tf.vectorized_map(one, (y_true, y_pred),
+                                          fallback_to_while_loop=True), [-1])
+    if sample_weight is not None:
+      values *= tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
+    return values
+
+  return per_example

@@ -143,6 +143,54 @@ class DPOptimizerMixin:
   def ledger(self):
     return self.dp_engine.ledger
 
+  @tf.autograph.experimental.do_not_convert
+  def private_step(self, model, loss, x, y, sample_weight=None):
+    """One DP-SGD step for a custom training loop: the step ``fit`` takes.
+
+    Privacy contract: as ``tf_dp.DPOptimizer``. Each record's gradient of
+    ``loss`` (evaluated on each example alone) is clipped, the batch is
+    added to the lot, and on the lot's last batch the sum is noised once,
+    one ledger sample is recorded and the mean is applied to
+    ``model.trainable_variables``. Regularisers and ``add_loss`` terms
+    that do not depend on the data are added outside the clipped sum.
+    Call it inside or outside a ``tf.function``.
+
+    Args:
+      model: A Keras model converted with ``tf_dp.keras.make_private``.
+      loss: A Keras loss (name or object) or a function ``(y_true,
+        y_pred) -> loss``.
+      x, y: The batch.
+      sample_weight: Optional ``[batch]`` weights.
+
+    Returns:
+      The ``[batch]`` per-example (weighted) losses.
+
+    Raises:
+      ValueError: if ``model`` was not converted with ``make_private``.
+
+    Example:
+      >>> model = tf_dp.keras.make_private(model)
+      >>> opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1), 1.0, 1.1,
+      ...                         population_size=len(x_train))
+      >>> @tf.function
+      ... def train_step(x, y):
+      ...   return opt.private_step(model, "sparse_categorical_crossentropy",
+      ...                           x, y)
+    """
+    # pylint: disable=g-import-not-at-top
+    from tf_dp.keras import losses as losses_lib
+    from tf_dp.keras import private_model
+    # pylint: enable=g-import-not-at-top
+    if not private_model.is_private(model):
+      raise ValueError(
+          "private_step needs a model converted with "
+          "`model = tf_dp.keras.make_private(model)` (it refuses layers "
+          "that mix examples and draws per-example dropout masks).")
+    loss_fn = losses_lib.per_example_loss_from(loss, model._tf_dp_flavor)  # pylint: disable=protected-access
+    _, losses, _ = private_model.private_step(model, self, loss_fn, x, y,
+                                              sample_weight)
+    return losses
+
   @property
   def learning_rate(self):
     return self.inner_optimizer.learning_rate
