@@ -21,6 +21,8 @@ import tensorflow as tf
 
 from tf_dp.keras import compat
 from tf_dp.keras import config as config_lib
+from tf_dp.keras import dp_step
+from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state
 
 
@@ -177,18 +179,15 @@ class DPOptimizerMixin:
       ...   return opt.private_step(model, "sparse_categorical_crossentropy",
       ...                           x, y)
     """
-    # pylint: disable=g-import-not-at-top
-    from tf_dp.keras import losses as losses_lib
-    from tf_dp.keras import private_model
-    # pylint: enable=g-import-not-at-top
-    if not private_model.is_private(model):
+    flavor = dp_step.converted_flavor(model)
+    if flavor is None:
       raise ValueError(
           "private_step needs a model converted with "
           "`model = tf_dp.keras.make_private(model)` (it refuses layers "
           "that mix examples and draws per-example dropout masks).")
-    loss_fn = losses_lib.per_example_loss_from(loss, model._tf_dp_flavor)  # pylint: disable=protected-access
-    _, losses, _ = private_model.private_step(model, self, loss_fn, x, y,
-                                              sample_weight)
+    loss_fn = losses_lib.per_example_loss_from(loss, flavor)
+    _, losses, _ = dp_step.private_step(model, self, loss_fn, x, y,
+                                        sample_weight)
     return losses
 
   @property

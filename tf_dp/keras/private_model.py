@@ -15,58 +15,10 @@ from absl import logging
 import tensorflow as tf
 
 from tf_dp.keras import compat
+from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
 from tf_dp.keras import optimizer as optimizer_lib
-from tf_dp.keras import per_example
-
-
-def _check_dense(x, y):
-  for t in tf.nest.flatten((x, y)):
-    if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):
-      raise ValueError(
-          f"tf_dp does not support {type(t).__name__} inputs or labels: "
-          f"per-example gradients need dense batches. Pad the batch (e.g. "
-          f"ragged.to_tensor()) and mask the padding in the model.")
-
-
-def private_step(model, optimizer, loss_fn, x, y, sample_weight):
-  """One DP step of a converted model: the body of ``fit``'s train step and
-  of ``DPOptimizer.private_step``.
-
-  Clips each record's gradient of ``loss_fn`` (``f(y, y_pred, w) ->
-  [batch]`` per-example losses), adds the batch to the lot, and on the lot's
-  last batch noises once, records one ledger sample and applies the mean
-  plus the gradient of the data-independent penalties (regularisers,
-  ``add_loss`` terms on a public input). Returns ``(y_pred, losses,
-  penalty)``: the per-example losses, and the ``add_loss`` penalty (None
-  unless the model adds losses).
-  """
-  _check_dense(x, y)
-  flavor = model._tf_dp_flavor  # pylint: disable=protected-access
-  variables = model.trainable_variables
-  with tf.init_scope():  # Create the DP state eagerly, once.
-    optimizer.ensure_built(variables, model)
-  penalty = None
-  if model_checks.adds_losses(model, x):
-    # add_loss terms: evaluated on a public input, outside the clipped sum.
-    penalty, penalty_grads = model_checks.public_penalty(model, x)
-
-  def apply_fn(mean_grads):
-    if penalty is not None:
-      extra = penalty_grads
-    else:
-      with tf.GradientTape() as tape:
-        reg = model_checks.weight_regularization_loss(model, flavor)
-      extra = None if reg is None else tape.gradient(reg, variables)
-    if extra is not None:
-      extra = per_example.gradients_or_zeros(extra, variables)
-      mean_grads = [g + r for g, r in zip(mean_grads, extra)]
-    optimizer.apply_private_gradients(mean_grads, variables)
-
-  y_pred, losses = optimizer.dp_engine.step(model, loss_fn, x, y,
-                                            sample_weight, apply_fn)
-  return y_pred, losses, penalty
 
 
 def _dp_train_step(self, data):
@@ -87,8 +39,8 @@ def _dp_train_step(self, data):
         f"with {type(optimizer).__name__}, which would train without privacy."
         " Compile it with optimizer=tf_dp.DPOptimizer(...).")
   loss_fn = losses_lib.per_example_loss_fn(self, flavor)
-  y_pred, _, penalty = private_step(self, optimizer, loss_fn, x, y,
-                                    sample_weight)
+  y_pred, _, penalty = dp_step.private_step(self, optimizer, loss_fn, x, y,
+                                            sample_weight)
   _reported_loss(self, flavor, x, y, y_pred, sample_weight, penalty)
   logs = self.compute_metrics(x, y, y_pred, sample_weight)
   for name, variable in optimizer.dp_engine.dp_metrics.items():
@@ -210,4 +162,4 @@ def make_private(model, self_check=True):
 
 
 def is_private(model):
-  return getattr(model, "_tf_dp_flavor", None) is not None
+  return dp_step.converted_flavor(model) is not None

@@ -1,0 +1,62 @@
+"""The DP step of a model converted by ``make_private``, shared by ``fit``
+(its ``train_step``) and custom training loops (``DPOptimizer.private_step``).
+"""
+
+import tensorflow as tf
+
+from tf_dp.keras import model_checks
+from tf_dp.keras import per_example
+
+
+def converted_flavor(model):
+  """``"keras3"``/``"keras2"`` for a model converted by ``make_private``,
+  else None."""
+  return getattr(model, "_tf_dp_flavor", None)
+
+
+def _check_dense(x, y):
+  for t in tf.nest.flatten((x, y)):
+    if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):
+      raise ValueError(
+          f"tf_dp does not support {type(t).__name__} inputs or labels: "
+          f"per-example gradients need dense batches. Pad the batch (e.g. "
+          f"ragged.to_tensor()) and mask the padding in the model.")
+
+
+def private_step(model, optimizer, loss_fn, x, y, sample_weight):
+  """One DP step of a converted model: the body of ``fit``'s train step and
+  of ``DPOptimizer.private_step``.
+
+  Clips each record's gradient of ``loss_fn`` (``f(y, y_pred, w) ->
+  [batch]`` per-example losses), adds the batch to the lot, and on the lot's
+  last batch noises once, records one ledger sample and applies the mean
+  plus the gradient of the data-independent penalties (regularisers,
+  ``add_loss`` terms on a public input). Returns ``(y_pred, losses,
+  penalty)``: the per-example losses, and the ``add_loss`` penalty (None
+  unless the model adds losses).
+  """
+  _check_dense(x, y)
+  flavor = converted_flavor(model)
+  variables = model.trainable_variables
+  with tf.init_scope():  # Create the DP state eagerly, once.
+    optimizer.ensure_built(variables, model)
+  penalty = None
+  if model_checks.adds_losses(model, x):
+    # add_loss terms: evaluated on a public input, outside the clipped sum.
+    penalty, penalty_grads = model_checks.public_penalty(model, x)
+
+  def apply_fn(mean_grads):
+    if penalty is not None:
+      extra = penalty_grads
+    else:
+      with tf.GradientTape() as tape:
+        reg = model_checks.weight_regularization_loss(model, flavor)
+      extra = None if reg is None else tape.gradient(reg, variables)
+    if extra is not None:
+      extra = per_example.gradients_or_zeros(extra, variables)
+      mean_grads = [g + r for g, r in zip(mean_grads, extra)]
+    optimizer.apply_private_gradients(mean_grads, variables)
+
+  y_pred, losses = optimizer.dp_engine.step(model, loss_fn, x, y,
+                                            sample_weight, apply_fn)
+  return y_pred, losses, penalty
