@@ -38,6 +38,8 @@ _LAZY_NAMES = {
     "NoPrivacySumQuery": "tf_dp.dp_query",
     "NormalizedQuery": "tf_dp.dp_query",
     "QuantileAdaptiveClipSumQuery": "tf_dp.dp_query",
+    "QuantileEstimatorQuery": "tf_dp.dp_query",
+    "NoPrivacyQuantileEstimatorQuery": "tf_dp.dp_query",
     "SumAggregationDPQuery": "tf_dp.dp_query",
     "SumQueryEvent": "tf_dp.dp_query",
     "NoOpEvent": "tf_dp.dp_query",

@@ -2,7 +2,8 @@
 
 Inputs and expected values are TF Privacy's, from
 ``tensorflow_privacy/privacy/dp_query/{gaussian_query,nested_query,
-normalized_query,no_privacy_query,quantile_adaptive_clip_sum_query}_test.py``.
+normalized_query,no_privacy_query,quantile_adaptive_clip_sum_query}_test.py``
+(TF Privacy's learning_rate=0 and arithmetic updates included).
 """
 
 import numpy as np
@@ -152,24 +153,40 @@ def test_no_privacy_sum_and_average():
 
 def test_quantile_adaptive_clip_sum_with_clip_no_noise():
   """quantile_adaptive_clip_sum_query_test.py, test_sum_with_clip_no_noise:
-  [-6, 8] is clipped to [-3, 4], [4, -3] is not: sum [1, 1]. TF Privacy's
-  learning_rate=0 is refused by tf_dp (it must be > 0: a fixed clip is a
-  GaussianSumQuery), so learning rate 1: half the records are unclipped
-  against a target of 1, and the clip grows to 5 exp(0.5)."""
+  [-6, 8] is clipped to [-3, 4], [4, -3] is not: sum [1, 1]; learning rate
+  0 keeps the clip at 5."""
   query = qac.QuantileAdaptiveClipSumQuery(
       initial_l2_norm_clip=5.0, noise_multiplier=0.0,
-      target_unclipped_quantile=1.0, learning_rate=1.0,
+      target_unclipped_quantile=1.0, learning_rate=0.0,
       clipped_count_stddev=0.0, expected_num_records=2.0)
   result, state, _ = run_query(query, [tf.constant([-6.0, 8.0]),
                                        tf.constant([4.0, -3.0])])
   np.testing.assert_allclose(result, [1.0, 1.0], atol=1e-6)
-  np.testing.assert_allclose(float(state.l2_norm_clip), 5.0 * np.exp(0.5),
-                             rtol=1e-6)
-  with pytest.raises(ValueError, match="learning_rate"):
-    qac.QuantileAdaptiveClipSumQuery(5.0, 0.0, 1.0, 0.0, 0.0, 2.0)
+  assert float(state.l2_norm_clip) == pytest.approx(5.0)
 
 
-def test_quantile_adaptive_clip_arithmetic_update_is_refused():
-  with pytest.raises(ValueError, match="geometric_update"):
-    qac.QuantileAdaptiveClipSumQuery(1.0, 1.0, 0.5, 0.1, 1.0, 10.0,
-                                     geometric_update=False)
+@pytest.mark.parametrize("geometric", [True, False])
+def test_quantile_adaptive_clip_adaptation_target_zero(geometric):
+  """quantile_adaptive_clip_sum_query_test.py, test_adaptation_target_zero
+  (arithmetic, clip 10 -> 9, 8, 7.5, 7, 7 for norms 8.5 and 7.25) and
+  test_adaptation_target_zero_geometric (16 -> 8, 4, 2.83, 2, 2 for norms 5
+  and 2.5, rate log 2)."""
+  if geometric:
+    records, initial, rate = [5.0, 2.5], 16.0, np.log(2.0)
+    expected = [8.0, 4.0, 4 / np.sqrt(2.0), 2.0, 2.0]
+  else:
+    records, initial, rate = [8.5, 7.25], 10.0, 1.0
+    expected = [9.0, 8.0, 7.5, 7.0, 7.0]
+  query = qac.QuantileAdaptiveClipSumQuery(
+      initial_l2_norm_clip=initial, noise_multiplier=0.0,
+      target_unclipped_quantile=0.0, learning_rate=rate,
+      clipped_count_stddev=0.0, expected_num_records=2.0,
+      geometric_update=geometric)
+  state = query.initial_global_state()
+  for clip in expected:
+    params = query.derive_sample_params(state)
+    sample = query.initial_sample_state(tf.constant([0.0]))
+    for norm in records:
+      sample = query.accumulate_record(params, sample, tf.constant([norm]))
+    _, state, _ = query.get_noised_result(sample, state)
+    assert float(state.l2_norm_clip) == pytest.approx(clip, rel=1e-5)

@@ -18,3 +18,5 @@ from tf_dp.dp_query.no_privacy_query import NoPrivacyQuery
 from tf_dp.dp_query.no_privacy_query import NoPrivacySumQuery
 from tf_dp.dp_query.normalized_query import NormalizedQuery
 from tf_dp.dp_query.quantile_adaptive_clip_query import QuantileAdaptiveClipSumQuery
+from tf_dp.dp_query.quantile_estimator_query import NoPrivacyQuantileEstimatorQuery
+from tf_dp.dp_query.quantile_estimator_query import QuantileEstimatorQuery

@@ -5,8 +5,10 @@ learning with adaptive clipping". Each record contributes its clipped value
 to a Gaussian sum query (clip C, stddev z*C) and the bit
 ``b = 1{||x|| <= C} - 1/2`` to a second Gaussian sum query (sensitivity 1/2,
 stddev ``clipped_count_stddev``). The noised bits estimate the fraction of
-unclipped records; the clip moves geometrically towards the target quantile:
-``C <- C * exp(-eta * (unclipped_fraction - target_unclipped_quantile))``.
+unclipped records; the clip takes one step of the quantile estimator
+(``quantile_estimator_query.updated_estimate``) towards the target:
+geometric ``C <- C exp(-eta (f - gamma))`` (default) or arithmetic ``C <- C -
+eta (f - gamma)``, floored at a tiny positive clip.
 
 Privacy contract: two Gaussian sum queries on the same sample, both in the
 event, so the ledger composes them by McMahan & Andrew's eq. (1): the
@@ -23,6 +25,11 @@ from tf_dp.dp_query import clipping
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import noise
+from tf_dp.dp_query import quantile_estimator_query as quantile_lib
+
+# The arithmetic update may not take the clip to 0 or below (a clip <= 0
+# would make the recorded noise multiplier z * C / C undefined).
+MIN_CLIP = 1e-12
 
 AdaptiveClipState = collections.namedtuple(
     "AdaptiveClipState",
@@ -39,26 +46,27 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
     initial_l2_norm_clip: Starting clip C_0 > 0.
     noise_multiplier: z; the sum's noise stddev is z * C at every step.
     target_unclipped_quantile: gamma in [0, 1], e.g. 0.5 for the median.
-    learning_rate: eta > 0 of the geometric update.
+    learning_rate: eta >= 0 (a float or a ``tf.Variable``; 0 keeps the clip
+      fixed).
     clipped_count_stddev: Noise stddev on the sum of bits (sensitivity 1/2).
       Andrew et al. suggest expected_num_records / 20.
     expected_num_records: q * n, the public denominator of the fraction.
+    geometric_update: Geometric (default) or arithmetic update of the clip.
     noise_seed: None for OS entropy (default).
     secure_mode: True for noise from the OS CSPRNG (see ``noise.py``).
   """
 
   def __init__(self, initial_l2_norm_clip, noise_multiplier,
                target_unclipped_quantile, learning_rate, clipped_count_stddev,
-               expected_num_records, noise_seed=None, secure_mode=False):
+               expected_num_records, geometric_update=True, noise_seed=None,
+               secure_mode=False):
     self._clip = _checks.positive("initial_l2_norm_clip",
                                   initial_l2_norm_clip)
     self._z = _checks.non_negative("noise_multiplier", noise_multiplier)
-    self._target = _checks.non_negative("target_unclipped_quantile",
-                                        target_unclipped_quantile)
-    if self._target > 1:
-      raise ValueError("target_unclipped_quantile must lie in [0, 1]; got "
-                       f"{target_unclipped_quantile!r}.")
-    self._lr = _checks.positive("learning_rate", learning_rate)
+    self._target = quantile_lib.check_quantile("target_unclipped_quantile",
+                                               target_unclipped_quantile)
+    self._lr = quantile_lib.check_learning_rate(learning_rate)
+    self._geometric = bool(geometric_update)
     self._count_stddev = _checks.non_negative("clipped_count_stddev",
                                               clipped_count_stddev)
     self._expected = _checks.positive("expected_num_records",
@@ -80,8 +88,8 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
 
   def preprocess_record(self, params, record):
     clipped, norm = clipping.clip_by_global_l2_norm(record, params)
-    unclipped = tf.cast(norm <= tf.cast(params, norm.dtype), tf.float32)
-    return AdaptiveClipSample(clipped, unclipped - 0.5)
+    return AdaptiveClipSample(clipped,
+                              quantile_lib.below_estimate_bit(norm, params))
 
   def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
     dp_query.check_record_structure(sample_state.sum, preprocessed_record.sum)
@@ -100,7 +108,9 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
                                   global_state.clipped_count_stddev, nonce,
                                   stream=1)
     unclipped_fraction = noised_bits / self._expected + 0.5
-    new_clip = clip * tf.exp(-self._lr * (unclipped_fraction - self._target))
+    new_clip = tf.maximum(quantile_lib.updated_estimate(
+        clip, unclipped_fraction, self._target, self._lr, self._geometric),
+                          MIN_CLIP)
     new_state = global_state._replace(l2_norm_clip=new_clip,
                                       noise_nonce=self._noise.advance(nonce))
     event = (events.SumQueryEvent(clip, stddev),
@@ -118,7 +128,7 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
     total = tf.add_n([tf.cast(s, tf.float32)
                       for s in tf.nest.flatten(sq_norms)])
     scale = clipping.scale_from_squared_norm(total, params)
-    unclipped = tf.cast(tf.sqrt(total) <= params, tf.float32) - 0.5
+    unclipped = quantile_lib.below_estimate_bit(tf.sqrt(total), params)
     return tf.nest.map_structure(lambda _: scale, sq_norms), unclipped
 
   def preprocessed_sum(self, scaled_sum, extra_sum):

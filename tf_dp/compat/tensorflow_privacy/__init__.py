@@ -35,6 +35,8 @@ _LAZY_NAMES = {
     "NoPrivacySumQuery": _QUERY + ".no_privacy_query",
     "NormalizedQuery": _QUERY + ".normalized_query",
     "QuantileAdaptiveClipSumQuery": _QUERY + ".quantile_adaptive_clip_sum_query",
+    "QuantileEstimatorQuery": _QUERY + ".quantile_estimator_query",
+    "NoPrivacyQuantileEstimatorQuery": _QUERY + ".quantile_estimator_query",
     "DPModel": _MODELS,
     "DPSequential": _MODELS,
     "DPKerasAdagradOptimizer": _OPTIMIZERS,
