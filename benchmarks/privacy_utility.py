@@ -3,7 +3,7 @@ r"""Privacy-utility of the MNIST CNN beside TF Privacy's and Opacus's numbers.
 Trains the CNN of the TF Privacy MNIST tutorial with DP-SGD to epsilon ~ 1.2, 3
 and 7 (delta = 1e-5) with the published hyperparameters of that tutorial
 (clip, learning rate, epochs, batch 256), Poisson sampling, and the noise
-multiplier that tf_dp's accountant (tight conversion) gives for the target.
+multiplier that tf_dp's default accountant (PLD) gives for the target.
 Prints the test accuracy beside the published numbers of TF Privacy
 (95.0 / 96.6 / 97.0 %) and Opacus (94.6 / 96.8 / 97.1 %), the epsilon of each
 run's ledger, and writes a plot of accuracy against epsilon.
