@@ -1,6 +1,7 @@
-"""(epsilon, delta) composition, amplification and zCDP as used in the seeds.
+"""(epsilon, delta) composition, amplification and zCDP.
 
-These are the classical tools that the seeds compare against: the advanced
+The classical tools that Abadi et al. (2016) and Ermis & Cemgil (2017)
+compare against: the advanced
 (strong) composition theorem (Dwork & Roth 2014, Thm. 3.20), amplification by
 Poisson subsampling (Li, Qardaji & Su 2012, Thm. 1; Ermis & Cemgil 2017,
 eq. (7)), the classical Gaussian mechanism (Dwork & Roth 2014, Thm. A.1) and
@@ -59,7 +60,7 @@ def gaussian_mechanism_epsilon(noise_multiplier, delta):
 
   ``noise_multiplier`` is the noise stddev divided by the L2 sensitivity.
   The theorem holds for epsilon < 1; larger values are returned as computed
-  (the seeds use them that way) and are then not a proven guarantee.
+  (as Abadi et al. and Ermis & Cemgil use them) and are then not a proven guarantee.
   """
   z = _validation.check_noise_multiplier("noise_multiplier", noise_multiplier)
   delta = _validation.check_delta("delta", delta)

@@ -1,7 +1,7 @@
 """The moments accountant of Abadi et al. (2016) by numerical integration.
 
 An independent check on the closed-form RDP computation in ``rdp.py``: it
-evaluates the paper's definitions directly (seed 004, Section 3.2). With
+evaluates the paper's definitions directly (Abadi et al. 2016, Section 3.2). With
 ``mu0 = N(0, s^2)``, ``mu1 = N(1, s^2)`` and ``mu = (1 - q) mu0 + q mu1``,
 
     alpha(lambda) = log max(E1, E2),

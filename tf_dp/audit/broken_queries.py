@@ -7,7 +7,6 @@ for training.
 
 import tensorflow as tf
 
-from tf_dp.dp_query import events
 from tf_dp.dp_query import gaussian_query
 
 
@@ -31,4 +30,3 @@ class ClipOffQuery(gaussian_query.GaussianSumQuery):
     return ones, ()
 
 
-del events

@@ -13,7 +13,7 @@ Usage in an Estimator ``model_fn``::
 The optimizer only sees the loss vector, so per-record gradients are
 ``tf.gradients`` of each record's loss, vectorised with
 ``tf.vectorized_map``: each record differentiates through the batch graph,
-which costs O(batch^2) (the jacobian; see ../shared/TF_FACTS.md). It is the
+which costs O(batch^2) (the jacobian). It is the
 path for existing Estimator pipelines; Keras training with
 ``tf_dp.keras.make_private`` is O(batch).
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tf_dp.keras import compat
 from tf_dp.keras import dp_engine
-from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import optimizer_base
 from tf_dp.keras import optimizer_state
 
 _keras = compat.keras2()
@@ -19,7 +19,7 @@ class _CallableList(list):
 
 
 @_keras.utils.register_keras_serializable(package="tf_dp")
-class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
+class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
                         _keras.optimizers.Optimizer):
   """A Keras 2 optimizer that applies DP-SGD around ``inner_optimizer``.
 
@@ -85,10 +85,10 @@ class DPOptimizerKeras2(optimizer_lib.DPOptimizerMixin,
         zip(optimizer_state.state_keys(len(saved)), saved)) if saved else {})
 
   def minimize(self, loss, var_list, tape=None):
-    raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
 
   def apply_gradients(self, grads_and_vars, *args, **kwargs):
-    raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal)."""

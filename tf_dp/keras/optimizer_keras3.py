@@ -4,11 +4,11 @@ import keras
 import tensorflow as tf
 
 from tf_dp.keras import dp_engine
-from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import optimizer_base
 
 
 @keras.saving.register_keras_serializable(package="tf_dp")
-class DPOptimizerKeras3(optimizer_lib.DPOptimizerMixin,
+class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
                         keras.optimizers.Optimizer):
   """A Keras 3 optimizer that applies DP-SGD around ``inner_optimizer``.
 
@@ -38,7 +38,7 @@ class DPOptimizerKeras3(optimizer_lib.DPOptimizerMixin,
     return self.inner_optimizer.iterations
 
   def apply(self, grads, trainable_variables=None):
-    raise RuntimeError(optimizer_lib.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal).

@@ -18,7 +18,7 @@ from tf_dp.keras import compat
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
-from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import optimizer_base
 
 
 def _dp_train_step(self, data):
@@ -28,12 +28,12 @@ def _dp_train_step(self, data):
   x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
   optimizer = self.optimizer
   inner = getattr(optimizer, "inner_optimizer", None)
-  if inner is not None and optimizer_lib.is_dp_optimizer(inner):
+  if inner is not None and optimizer_base.is_dp_optimizer(inner):
     raise ValueError(model_checks.MIXED_PRECISION_ERROR.format(
         name=self.name, compute="float16", policy="mixed_float16") +
                      f" (Keras wrapped the DPOptimizer in a "
                      f"{type(optimizer).__name__}.)")
-  if not optimizer_lib.is_dp_optimizer(optimizer):
+  if not optimizer_base.is_dp_optimizer(optimizer):
     raise TypeError(
         "This model was converted with tf_dp.keras.make_private but compiled "
         f"with {type(optimizer).__name__}, which would train without privacy."

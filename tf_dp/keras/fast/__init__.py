@@ -1,4 +1,4 @@
-"""Fast per-example clipping: ghost norms and per-layer rules (issue: speed).
+"""Fast per-example clipping: ghost norms and per-layer rules.
 
 See ``clipped_sum.py`` for the algorithm and ``rules.py`` for the registry.
 """

@@ -1,0 +1,188 @@
+"""What the Keras 3 and Keras 2 DP optimizers share: the mixin that
+delegates to the wrapped optimizer, builds the DP state with the model, runs
+the custom-loop step, and saves the ledger with the model."""
+
+import dataclasses
+import warnings
+
+import tensorflow as tf
+
+from tf_dp.keras import config as config_lib
+from tf_dp.keras import dp_step
+from tf_dp.keras import losses as losses_lib
+from tf_dp.keras import optimizer_state
+
+
+SUMMED_GRADIENTS_ERROR = (
+    "tf_dp.DPOptimizer received gradients that Keras already summed over the "
+    "batch, so per-example clipping is impossible and training would not be "
+    "private. Convert the model before compiling it: "
+    "`model = tf_dp.keras.make_private(model)`.")
+
+
+def is_dp_optimizer(optimizer):
+  return hasattr(optimizer, "dp_engine") and hasattr(
+      optimizer, "apply_private_gradients")
+
+
+class DPOptimizerMixin:
+  """What both Keras flavours' DP optimizers share: delegation to the
+  wrapped optimizer, building the DP state with the model, and saving the
+  ledger and the open lot with the model (see ``optimizer_state``)."""
+
+  @property
+  def ledger(self):
+    return self.dp_engine.ledger
+
+  @tf.autograph.experimental.do_not_convert
+  def private_step(self, model, loss, x, y, sample_weight=None):
+    """One DP-SGD step for a custom training loop: the step ``fit`` takes.
+
+    Privacy contract: as ``tf_dp.DPOptimizer``. Each record's gradient of
+    ``loss`` (evaluated on each example alone) is clipped, the batch is
+    added to the lot, and on the lot's last batch the sum is noised once,
+    one ledger sample is recorded and the mean is applied to
+    ``model.trainable_variables``. Regularisers and ``add_loss`` terms
+    that do not depend on the data are added outside the clipped sum.
+    Call it inside or outside a ``tf.function``.
+
+    Args:
+      model: A Keras model converted with ``tf_dp.keras.make_private``.
+      loss: A Keras loss (name or object) or a function ``(y_true,
+        y_pred) -> loss``.
+      x, y: The batch.
+      sample_weight: Optional ``[batch]`` weights.
+
+    Returns:
+      The ``[batch]`` per-example (weighted) losses.
+
+    Raises:
+      ValueError: if ``model`` was not converted with ``make_private``.
+
+    Example:
+      >>> model = tf_dp.keras.make_private(model)
+      >>> opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1), 1.0, 1.1,
+      ...                         population_size=len(x_train))
+      >>> @tf.function
+      ... def train_step(x, y):
+      ...   return opt.private_step(model, "sparse_categorical_crossentropy",
+      ...                           x, y)
+    """
+    flavor = dp_step.converted_flavor(model)
+    if flavor is None:
+      raise ValueError(
+          "private_step needs a model converted with "
+          "`model = tf_dp.keras.make_private(model)` (it refuses layers "
+          "that mix examples and draws per-example dropout masks).")
+    loss_fn = losses_lib.per_example_loss_from(loss, flavor)
+    _, losses, _ = dp_step.private_step(model, self, loss_fn, x, y,
+                                        sample_weight)
+    return losses
+
+  @property
+  def learning_rate(self):
+    return self.inner_optimizer.learning_rate
+
+  @learning_rate.setter
+  def learning_rate(self, learning_rate):
+    self.inner_optimizer.learning_rate = learning_rate
+
+  def ensure_built(self, var_list, model):
+    """Builds the DP state (which needs the model: DP batch norm, metrics)
+    and the wrapped optimizer, once; restores a loaded ledger and lot.
+
+    Raises:
+      ValueError: if the optimizer has applied more lots than its ledger
+        records (a ledger that was not restored with the model).
+    """
+    if not self.dp_engine.built:
+      self.dp_engine.build(var_list, model)
+      self.build(var_list)
+    self._restore_pending_dp_state()
+    optimizer_state.check_ledger_covers(self._lots_applied(), self.ledger)
+
+  def _lots_applied(self):
+    """Lots applied so far: the wrapped optimizer's step counter (one step
+    per lot), or the count saved in the config if that is larger (a format
+    that drops optimizer state, e.g. Keras 2's SavedModel)."""
+    applied = int(optimizer_state.numpy(self.iterations))
+    return max(applied, getattr(self, "_lots_applied_at_save", 0))
+
+  def _config_dict(self):
+    """``get_config``'s common part: the DP config and the lots applied."""
+    cfg = self.dp_config
+    if cfg.ledger is not None:  # The ledger is saved with the state.
+      cfg = dataclasses.replace(cfg, ledger=None,
+                                max_lots=cfg.ledger.max_samples)
+    config = {"name": self.name, "dp_config": cfg.to_dict()}
+    if tf.executing_eagerly():
+      config["lots_applied"] = self._lots_applied()
+    return config
+
+  @classmethod
+  def _from_config_dict(cls, inner, config):
+    optimizer = cls(inner, config_lib.DPConfig(**config["dp_config"]),
+                    name=config.get("name"))
+    # pylint: disable-next=protected-access
+    optimizer._lots_applied_at_save = int(config.get("lots_applied", 0))
+    return optimizer
+
+  def _keras_variables(self):
+    """The variables Keras itself saves: this optimizer's and the wrapped
+    one's (step counter, slots)."""
+    inner = self.inner_optimizer.variables
+    return list(self._variables) + list(inner() if callable(inner) else inner)
+
+  def dp_state(self):
+    """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""
+    return optimizer_state.export_state(self.dp_engine)
+
+  def load_dp_state(self, state):
+    """Restores ``dp_state()`` output now, or when the DP state is built."""
+    self._load_saved(None, state)
+
+  def _load_saved(self, keras_values, state):
+    """Assigns saved values of ``_keras_variables()`` (if not None) and the
+    DP state; what cannot be assigned yet waits for ``ensure_built``."""
+    self._pending_dp_state = optimizer_state.PendingState(state, keras_values)
+    self._restore_pending_dp_state()
+
+  def _restore_pending_dp_state(self):
+    pending = getattr(self, "_pending_dp_state", None)
+    if pending is None:
+      return
+    variables = self._keras_variables()
+    if pending.keras_values is not None and (
+        len(pending.keras_values) == len(variables)):
+      for variable, value in zip(variables, pending.keras_values):
+        variable.assign(value)
+      pending.keras_values = None
+    if not self.dp_engine.built:
+      return  # Until the model's first step builds the engine.
+    if pending.keras_values is not None:
+      warnings.warn(
+          f"The saved state of optimizer {self.name!r} has "
+          f"{len(pending.keras_values)} variables but this one has "
+          f"{len(variables)}: the wrapped optimizer starts afresh (step "
+          f"counter, slots); its privacy ledger is kept.", UserWarning)
+    if pending.state:
+      optimizer_state.restore_state(self.dp_engine, pending.state)
+    self._pending_dp_state = None
+
+  def save_own_variables(self, store):
+    """Keras variables under ``"0"``, ``"1"``, ...; the DP state under
+    ``"tf_dp_*"`` names (the ``.keras`` format and ``save_weights``)."""
+    for i, variable in enumerate(self._keras_variables()):
+      store[str(i)] = variable.numpy()
+    for key, value in self.dp_state().items():
+      store[optimizer_state.PREFIX + key] = value
+
+  def load_own_variables(self, store):
+    """Reverses ``save_own_variables``; an optimizer not built yet gets its
+    values when the model's first step builds it."""
+    prefix = optimizer_state.PREFIX
+    keys = list(store.keys())
+    count = len([k for k in keys if not k.startswith(prefix)])
+    self._load_saved(
+        [store[str(i)] for i in range(count)],
+        {k[len(prefix):]: store[k] for k in keys if k.startswith(prefix)})
