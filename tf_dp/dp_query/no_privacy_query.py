@@ -12,7 +12,8 @@ NoPrivacyAverageState = collections.namedtuple("NoPrivacyAverageState",
                                                ["sum", "count"])
 
 
-def _non_private_event():
+def non_private_event():
+  """The event of a release with no clipping and no noise."""
   # No clipping and no noise: noise multiplier 0, which every accountant
   # turns into epsilon = infinity.
   return events.SumQueryEvent(tf.constant(math.inf), tf.constant(0.0))
@@ -26,7 +27,7 @@ class NoPrivacySumQuery(dp_query.SumAggregationDPQuery):
   """
 
   def get_noised_result(self, sample_state, global_state):
-    return sample_state, global_state, _non_private_event()
+    return sample_state, global_state, non_private_event()
 
 
 class NoPrivacyAverageQuery(dp_query.DPQuery):
@@ -73,7 +74,7 @@ class NoPrivacyAverageQuery(dp_query.DPQuery):
     count = tf.maximum(sample_state.count, 1.0)
     result = tf.nest.map_structure(lambda s: s / tf.cast(count, s.dtype),
                                    sample_state.sum)
-    return result, global_state, _non_private_event()
+    return result, global_state, non_private_event()
 
 
 # Alias with the name used in the design documents.

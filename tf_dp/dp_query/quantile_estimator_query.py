@@ -21,6 +21,7 @@ import tensorflow as tf
 from tf_dp.dp_query import _checks
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
+from tf_dp.dp_query import no_privacy_query
 from tf_dp.dp_query import noise
 
 QuantileEstimatorState = collections.namedtuple(
@@ -165,5 +166,5 @@ class NoPrivacyQuantileEstimatorQuery(QuantileEstimatorQuery):
     fraction = sample_state[0] / count + 0.5
     estimate = updated_estimate(global_state.estimate, fraction, self._target,
                                 self._lr, self._geometric)
-    event = events.SumQueryEvent(tf.constant(float("inf")), tf.constant(0.0))
-    return estimate, global_state._replace(estimate=estimate), event
+    return (estimate, global_state._replace(estimate=estimate),
+            no_privacy_query.non_private_event())

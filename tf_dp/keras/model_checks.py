@@ -153,8 +153,14 @@ DATA_DEPENDENT_LOSS_ERROR = (
 
 def _added_loss_terms(model):
   """The ``add_loss`` terms of the model's most recent call."""
-  return [t for layer in model._flatten_layers(include_self=True)  # pylint: disable=protected-access
+  return [t for layer in [model] + all_layers(model)
           for t in getattr(layer, "_losses", [])]
+
+
+def _float32_sum(terms):
+  """The float32 sum of scalar loss terms, or None if there are none."""
+  terms = [tf.cast(t, tf.float32) for t in terms]
+  return tf.add_n(terms) if terms else None
 
 
 def adds_losses(model, x):
@@ -195,12 +201,10 @@ def public_penalty(model, x):
   variables = model.trainable_variables
   with tf.GradientTape() as tape:
     model(_public_batch_of_one(x, tf.zeros), training=True)
-    terms = [tf.cast(t, tf.float32) for t in model.losses]
-    penalty = tf.add_n(terms) if terms else tf.constant(0.0)
+    penalty = _float32_sum(model.losses)
   grads = tape.gradient(penalty, variables)
   model(_public_batch_of_one(x, tf.random.normal), training=True)
-  terms = [tf.cast(t, tf.float32) for t in model.losses]
-  other = tf.add_n(terms) if terms else tf.constant(0.0)
+  other = _float32_sum(model.losses)
   same = tf.debugging.assert_near(penalty, other, rtol=1e-5, atol=1e-7,
                                   message=DATA_DEPENDENT_LOSS_ERROR)
   with tf.control_dependencies([same]):
@@ -216,9 +220,8 @@ def weight_regularization_loss(model, flavor):
     terms += [l for layer in all_layers(model) for l in
               _keras3_layer_regularizers(layer)]
   else:
-    terms = list(model.losses)
-  terms = [tf.cast(t, tf.float32) for t in terms]
-  return tf.add_n(terms) if terms else None
+    terms = model.losses
+  return _float32_sum(terms)
 
 
 def _keras3_layer_regularizers(layer):

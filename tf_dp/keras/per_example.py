@@ -10,6 +10,8 @@ mean over its examples.
 from absl import logging
 import tensorflow as tf
 
+from tf_dp.keras import model_checks
+
 
 def gradients_or_zeros(grads, variables):
   """Dense gradients, with zeros where a variable does not affect the loss.
@@ -118,7 +120,7 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     return grads, pred, losses
 
   grads, preds, losses = map_records(
-      one_record, (xs, ys, ws), loop=pfor_breaks_recurrence(
-          model._flatten_layers(include_self=False)))  # pylint: disable=protected-access
+      one_record, (xs, ys, ws),
+      loop=pfor_breaks_recurrence(model_checks.all_layers(model)))
   merge = lambda t: tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
   return grads, tf.nest.map_structure(merge, preds), merge(losses)
