@@ -116,10 +116,13 @@ def test_clipping_norm(kind, l2_norm_clip, weighted):
                              rtol=1e-5)
 
 
-def test_compile_without_population_size_names_the_fix():
+def test_compile_without_population_size_takes_it_from_fit():
+  x, y = _data(16)
   model = tfp.DPSequential(1.0, 1.1, layers=[K.layers.Input((3,)), _dense()])
-  with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
-    model.compile(optimizer=K.optimizers.SGD(0.1), loss="mse")
+  model.compile(optimizer=K.optimizers.SGD(0.1), loss="mse")
+  model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert [s["population_size"] for s in samples] == [16, 16]
 
 
 def test_tf_privacy_only_arguments():

@@ -176,10 +176,23 @@ def test_keras_model_baseline_no_noise(num_microbatches):
   np.testing.assert_allclose(model.get_weights()[1], [6.0], atol=0.05)
 
 
-def test_missing_population_size_names_the_fix():
-  with pytest.raises(ValueError, match=r"population_size=len\(x_train\).*"
-                     r"make_private"):
-    tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1)
+def test_population_size_comes_from_fit_arrays_as_in_tf_privacy_scripts():
+  """TF Privacy's scripts pass no population_size: fit on arrays supplies
+  it; a dataset of unknown size fails at the first step with the fix."""
+  x = np.random.default_rng(0).normal(size=(24, 2)).astype(np.float32)
+  y = x.sum(axis=1, keepdims=True)
+  model = tf_dp.keras.make_private(
+      K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)]),
+      self_check=False)
+  model.compile(tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1), "mse")
+  model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert [s["population_size"] for s in samples] == [24] * 3
+  assert samples[0]["selection_probability"] == pytest.approx(8 / 24)
+  model.compile(tfp.DPKerasSGDOptimizer(1.0, 1.1, learning_rate=0.1), "mse")
+  with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8),
+              verbose=0)
 
 
 def test_unconverted_model_fails_at_first_step_with_the_fix():

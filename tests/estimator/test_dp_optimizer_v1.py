@@ -39,6 +39,38 @@ def test_session_step_equals_per_example_loop():
                                  rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("sampling", ["fixed_size", "shuffled"])
+def test_session_step_records_what_was_drawn(sampling):
+  """One ledger sample per step: q = batch / n for fixed-size and shuffled
+  batches, and the microbatch size as examples per record."""
+  with tf.Graph().as_default():
+    w = tf.Variable([1.0, 2.0, 3.0])
+    x = tf.constant(np.arange(18, dtype=np.float32).reshape(6, 3))
+    loss = tf.square(tf.linalg.matvec(x, w))
+    opt = dp_estimator.DPGradientDescentOptimizer(
+        1.0, 1.0, 600, learning_rate=0.1, num_microbatches=2,
+        sampling=sampling)
+    train = opt.minimize(loss, var_list=[w])
+    ledger = opt._state_for_graph([w])[1]  # pylint: disable=protected-access
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      sess.run(train)
+      sess.run(train)
+      count, rows = sess.run([ledger.sample_count,
+                              ledger._samples])  # pylint: disable=protected-access
+  assert count == 2
+  for n, q, _, examples_per_record in rows[:2]:
+    assert (n, q, examples_per_record) == (600, pytest.approx(6 / 600), 3)
+
+
+def test_query_with_its_own_ledger_is_refused():
+  query = tf_dp.privacy_ledger.QueryWithLedger(
+      tf_dp.GaussianSumQuery(1.0, 1.0), tf_dp.PrivacyLedger(10, 0.1))
+  with pytest.raises(ValueError, match="pass the query itself"):
+    dp_estimator.DPGradientDescentOptimizer(None, None, 10, 0.1,
+                                            dp_query=query)
+
+
 def test_scalar_loss_is_refused():
   with tf.Graph().as_default():
     w = tf.Variable([1.0])

@@ -389,3 +389,14 @@ def test_config_round_trip(K):
   clone = type(opt).from_config(opt.get_config())
   assert clone.dp_config == opt.dp_config
   assert type(clone.inner_optimizer) is type(opt.inner_optimizer)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_isinstance_of_dp_optimizer_holds_for_every_flavour(K):
+  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
+                                population_size=10)
+  assert isinstance(optimizer, tf_dp.DPOptimizer)
+  assert isinstance(optimizer, K.optimizers.Optimizer)
+  assert issubclass(type(optimizer), tf_dp.DPOptimizer)
+  assert not isinstance(K.optimizers.SGD(0.1), tf_dp.DPOptimizer)
+  assert not isinstance(object(), tf_dp.DPOptimizer)

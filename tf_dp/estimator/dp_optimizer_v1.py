@@ -47,6 +47,14 @@ class _DPMixin:
                num_microbatches=None, dp_query=None, sampling="fixed_size",
                sampling_probability=None, **kwargs):
     super().__init__(*args, **kwargs)
+    if population_size is None:
+      raise ValueError("population_size is required by the Estimator "
+                       "optimizer. " + config_lib.POPULATION_SIZE_REQUIRED)
+    if isinstance(dp_query, QueryWithLedger):
+      raise ValueError(
+          "dp_query is wrapped in a QueryWithLedger: pass the query itself. "
+          "The Estimator optimizer records its own ledger in the graph "
+          "(read it with tf_dp.estimator.ledger_from_checkpoint).")
     self._dp_config = config_lib.DPConfig(
         l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
         num_microbatches=num_microbatches, dp_query=dp_query,
@@ -70,7 +78,6 @@ class _DPMixin:
           cfg.population_size,
           cfg.sampling_probability or 1.0 / cfg.population_size,
           sampling=cfg.sampling, max_samples=cfg.max_lots, name=LEDGER_NAME)
-      query = QueryWithLedger(query, ledger)
       global_state = tf.nest.map_structure(
           lambda t: tf.Variable(t, trainable=False, name="dp_global_state"),
           query.initial_global_state())
@@ -112,16 +119,16 @@ class _DPMixin:
     batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, 0), clipped)
     sample = query.accumulate_preprocessed_record(
         query.initial_sample_state(templates), batch_sum)
-    if cfg.sampling == "fixed_size":
-      batch = tf.cast(tf.shape(loss)[0], tf.float64)
-      set_q = ledger.selection_probability.assign(batch
-                                                  / cfg.population_size)
-    else:
-      set_q = tf.no_op()
-    with tf.control_dependencies([set_q]):
-      result, new_state, _ = query.get_noised_result(sample, state)
-    assigns = [v.assign(x) for v, x in zip(tf.nest.flatten(global_state),
-                                           tf.nest.flatten(new_state))]
+    result, new_state, event = query.get_noised_result(sample, state)
+    # One ledger sample per call: what was drawn (a fixed-size sample
+    # records q = batch / n) and how many examples form a record.
+    examples = tf.shape(loss)[0]
+    written = ledger.record_sample(
+        event, sample_size=examples,
+        examples_per_record=examples // records)
+    with tf.control_dependencies([written]):
+      assigns = [v.assign(x) for v, x in zip(tf.nest.flatten(global_state),
+                                             tf.nest.flatten(new_state))]
     if cfg.sampling == "poisson":
       denominator = tf.constant(cfg.sampling_probability
                                 * cfg.population_size, tf.float32)

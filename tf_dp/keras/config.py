@@ -7,9 +7,17 @@ import warnings
 from typing import Any, Optional
 
 from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.privacy_ledger import QueryWithLedger
 
 SAMPLINGS = ("shuffled", "fixed_size", "poisson")
 PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
+
+POPULATION_SIZE_REQUIRED = (
+    "tf_dp needs the number of training examples to account privacy: "
+    "DPOptimizer(..., population_size=len(x_train)). It is inferred only "
+    "when sampling='shuffled' and Keras `fit` receives arrays or tensors "
+    "of known length; a tf.data pipeline, a generator, a custom training "
+    "loop and the samplers of tf_dp.data need it given.")
 
 
 @dataclasses.dataclass
@@ -22,6 +30,7 @@ class DPConfig:
   dp_query: Any = None
   ledger: Optional[PrivacyLedger] = None
   population_size: Optional[int] = None
+  population_size_inferred: bool = False
   sampling: str = "shuffled"
   sampling_probability: Optional[float] = None
   clipping: str = "flat"
@@ -94,7 +103,11 @@ class DPConfig:
       if self.sampling == "poisson" and self.sampling_probability is None:
         self.sampling_probability = float(
             self.ledger.selection_probability.numpy())
-    if (isinstance(self.population_size, bool)
+    if self.population_size is None and not self.population_size_deferred():
+      raise ValueError(f"population_size is required here (sampling="
+                       f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
+    if self.population_size is not None and (
+        isinstance(self.population_size, bool)
         or not isinstance(self.population_size, numbers.Integral)
         or self.population_size < 1):
       raise ValueError(
@@ -113,6 +126,13 @@ class DPConfig:
             "num_microbatches cannot be combined with sampling='poisson': "
             "Poisson-sampled examples do not form fixed microbatches. Use "
             "sampling='fixed_size' with microbatches.")
+
+  def population_size_deferred(self):
+    """Whether ``population_size`` may come later, from the length of the
+    arrays given to ``fit`` (shuffled sampling, the optimizer's own
+    ledger)."""
+    return (self.sampling == "shuffled" and self.ledger is None
+            and not isinstance(self.dp_query, QueryWithLedger))
 
   def to_dict(self):
     out = dataclasses.asdict(self)

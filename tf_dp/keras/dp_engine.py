@@ -13,6 +13,8 @@ optimizer and works inside ``model.fit`` graphs. The noise key is not part
 of it: it lives in the process only (``tf_dp.dp_query.noise``).
 """
 
+import warnings
+
 from absl import logging
 import tensorflow as tf
 
@@ -21,6 +23,7 @@ from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
 from tf_dp.dp_query.nested_query import NestedQuery
+from tf_dp.keras import config as config_lib
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
@@ -62,9 +65,11 @@ class DPEngine(tf.Module):
   def __init__(self, config):
     super().__init__(name="tf_dp_engine")
     self.config = config
+    # Without population_size (inferred later from fit's arrays) the ledger
+    # starts with n = 1; no step runs before n is known (``step``).
+    n = config.population_size or 1
     self.ledger = config.ledger or PrivacyLedger(
-        config.population_size,
-        config.sampling_probability or 1.0 / config.population_size,
+        n, config.sampling_probability or 1.0 / n,
         sampling=config.sampling,
         examples_per_record=1, max_samples=config.max_lots)
     self._query = None
@@ -78,6 +83,41 @@ class DPEngine(tf.Module):
   @property
   def query(self):
     return self._query
+
+  def infer_population_size(self, examples):
+    """Takes n from the ``examples`` that ``fit`` trains on (arrays of
+    known length), unless ``population_size`` was given.
+
+    The ledger records this n with every later sample. A given
+    ``population_size`` larger than ``examples`` is kept, with a warning:
+    it understates epsilon unless the training set was itself drawn at
+    random from that population.
+    """
+    cfg = self.config
+    if cfg.population_size is None or cfg.population_size_inferred:
+      if cfg.population_size is None:
+        logging.info("tf_dp: population_size inferred from fit's arrays: "
+                     "n = %d training examples.", examples)
+      cfg.population_size = int(examples)
+      cfg.population_size_inferred = True
+      self.apply_inferred_population_size()
+    elif examples < cfg.population_size:
+      warnings.warn(
+          f"population_size={cfg.population_size} but fit trains on "
+          f"{examples} examples: the ledger accounts sampling from "
+          f"{cfg.population_size}, which understates epsilon unless these "
+          f"{examples} were themselves drawn at random from the larger "
+          f"population. Pass population_size={examples} (or leave it out "
+          f"to infer it from fit's arrays).", UserWarning, stacklevel=3)
+
+  def apply_inferred_population_size(self):
+    """Sets the ledger's n to the n inferred from ``fit`` (after a loaded
+    ledger overwrote it)."""
+    cfg = self.config
+    if not cfg.population_size_inferred:
+      return
+    if float(self.ledger.population_size.numpy()) != cfg.population_size:
+      self.ledger.set_sample_size(population_size=cfg.population_size)
 
   @property
   def built(self):
@@ -350,6 +390,9 @@ class DPEngine(tf.Module):
     ``apply_fn(mean_gradients)`` applies the private mean gradient.
     Returns ``(y_pred, per_example_losses)``.
     """
+    if self.config.population_size is None:
+      raise ValueError("population_size is unknown. " +
+                       config_lib.POPULATION_SIZE_REQUIRED)
     y_pred, losses, batch_sum, records, examples = self.clipped_batch_sum(
         model, loss_fn, x, y, sample_weight)
     context = tf.distribute.get_replica_context()

@@ -28,11 +28,14 @@ BATCH_NORM_ERROR = (
 
 
 MIXED_PRECISION_ERROR = (
-    "Layer {name!r} computes in {compute} (dtype policy {policy!r}): tf_dp "
-    "clips and noises per-example gradients in the variables' float32 and "
-    "does not support mixed precision (nor the LossScaleOptimizer Keras "
-    "adds for mixed_float16). Build and compile the model under "
-    "keras.mixed_precision.set_global_policy('float32').")
+    "Layer {name!r} computes in {compute} (dtype policy {policy!r}): "
+    "float16 needs loss scaling, which Keras adds by wrapping the optimizer "
+    "in a LossScaleOptimizer that would scale the clipped, noised gradient "
+    "(not each example's gradient before clipping), so tf_dp refuses it. "
+    "Use keras.mixed_precision.set_global_policy('mixed_bfloat16') (same "
+    "speed-up on hardware with bfloat16 units, no loss scaling: tf_dp runs "
+    "the forward and backward passes in bfloat16 and clips and noises in "
+    "float32) or 'float32', and build the model under it.")
 
 
 def all_layers(model):
@@ -105,7 +108,7 @@ def validate_and_prepare(model, flavor):
   batch_norms = batch_norm_classes(flavor)
   for layer in [model] + all_layers(model):
     compute = str(getattr(layer, "compute_dtype", None))
-    if compute in ("float16", "bfloat16") and compute != str(
+    if compute == "float16" and compute != str(
         getattr(layer, "variable_dtype", compute)):
       policy = getattr(layer, "dtype_policy", None)
       raise ValueError(MIXED_PRECISION_ERROR.format(

@@ -29,13 +29,20 @@ def _resolve_inner(optimizer):
   return optimizer
 
 
-def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: disable=invalid-name
-                num_microbatches=None, gradient_accumulation_steps=1,
-                dp_query=None, ledger=None, population_size=None,
-                sampling="shuffled", sampling_probability=None,
-                clipping="flat", noise_allocation="proportional",
-                max_lots=100000, per_example_method="auto",
-                metrics_noise_stddev=None, secure_mode=False, name=None):
+class _DPOptimizerType(type):
+  """``isinstance(x, DPOptimizer)`` holds for the DP optimizer of every
+  Keras flavour (they subclass their flavour's ``Optimizer`` base, so they
+  cannot share one Python base class besides the mixin)."""
+
+  def __instancecheck__(cls, instance):
+    return is_dp_optimizer(instance)
+
+  def __subclasscheck__(cls, subclass):
+    return isinstance(subclass, type) and issubclass(subclass,
+                                                      DPOptimizerMixin)
+
+
+class DPOptimizer(metaclass=_DPOptimizerType):
   """Wraps a Keras optimizer so that it trains with DP-SGD.
 
   Privacy contract: for each record (one example, or one microbatch of
@@ -62,8 +69,14 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
       adaptive-clipping query). Replaces l2_norm_clip and noise_multiplier.
     ledger: A ``tf_dp.PrivacyLedger``; by default one is created from
       ``population_size`` and ``sampling``. Read it as ``.ledger``.
-    population_size: Number of training examples n (required without a
-      ledger).
+    population_size: Number of training examples n. Without it (and
+      without a ledger), with ``sampling="shuffled"``, each ``fit`` of a
+      ``make_private`` model takes n from the arrays it trains on (their
+      length less the ``validation_split`` part) and the ledger records
+      that n with every sample; a ``tf.data`` pipeline, a generator or a
+      custom loop then fails at its first step, before any update, asking
+      for it. A given n larger than the arrays warns (it understates
+      epsilon unless the arrays were drawn at random from the n).
     sampling: ``"shuffled"`` (default: Keras ``fit`` on arrays or a
       shuffled dataset; accounted as fixed-size sampling without
       replacement, the conventional approximation, with a warning from the
@@ -97,24 +110,35 @@ def DPOptimizer(optimizer, l2_norm_clip=None, noise_multiplier=None,  # pylint: 
     name: Optional name.
 
   Returns:
-    A Keras 3 or Keras 2 optimizer, matching ``optimizer``.
+    A Keras 3 or Keras 2 optimizer, matching ``optimizer`` (an instance of
+    that flavour's ``Optimizer``; ``isinstance(opt, tf_dp.DPOptimizer)``
+    holds for both).
 
   Raises:
     ValueError: on invalid arguments, naming the argument.
   """
-  inner = _resolve_inner(optimizer)
-  cfg = config_lib.DPConfig(
-      l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
-      num_microbatches=num_microbatches,
-      gradient_accumulation_steps=gradient_accumulation_steps,
-      dp_query=dp_query, ledger=ledger, population_size=population_size,
-      sampling=sampling, sampling_probability=sampling_probability,
-      clipping=clipping, noise_allocation=noise_allocation,
-      max_lots=max_lots, per_example_method=per_example_method,
-      metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode)
-  flavor = compat.flavor_of(inner)
-  if flavor == "keras3":
-    from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top
-    return optimizer_keras3.DPOptimizerKeras3(inner, cfg, name=name)
-  from tf_dp.keras import optimizer_keras2  # pylint: disable=g-import-not-at-top
-  return optimizer_keras2.DPOptimizerKeras2(inner, cfg, name=name)
+
+  def __new__(cls, optimizer, l2_norm_clip=None, noise_multiplier=None,
+              num_microbatches=None, gradient_accumulation_steps=1,
+              dp_query=None, ledger=None, population_size=None,
+              sampling="shuffled", sampling_probability=None,
+              clipping="flat", noise_allocation="proportional",
+              max_lots=100000, per_example_method="auto",
+              metrics_noise_stddev=None, secure_mode=False, name=None):
+    del cls  # Returns the optimizer of the wrapped optimizer's flavour.
+    inner = _resolve_inner(optimizer)
+    cfg = config_lib.DPConfig(
+        l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+        num_microbatches=num_microbatches,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        dp_query=dp_query, ledger=ledger, population_size=population_size,
+        sampling=sampling, sampling_probability=sampling_probability,
+        clipping=clipping, noise_allocation=noise_allocation,
+        max_lots=max_lots, per_example_method=per_example_method,
+        metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode)
+    flavor = compat.flavor_of(inner)
+    if flavor == "keras3":
+      from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top
+      return optimizer_keras3.DPOptimizerKeras3(inner, cfg, name=name)
+    from tf_dp.keras import optimizer_keras2  # pylint: disable=g-import-not-at-top
+    return optimizer_keras2.DPOptimizerKeras2(inner, cfg, name=name)

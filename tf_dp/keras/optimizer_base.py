@@ -99,6 +99,7 @@ class DPOptimizerMixin:
       self.dp_engine.build(var_list, model)
       self.build(var_list)
     self._restore_pending_dp_state()
+    self.dp_engine.apply_inferred_population_size()
     optimizer_state.check_ledger_covers(self._lots_applied(), self.ledger)
 
   def _lots_applied(self):

@@ -9,6 +9,8 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 ``evaluate``, ``predict``) is unchanged.
 """
 
+import inspect
+import math
 import types
 
 from absl import logging
@@ -108,9 +110,40 @@ def _self_check(self, args, kwargs):
   self._tf_dp_checked = True  # pylint: disable=protected-access
 
 
+def training_examples(fit, args, kwargs):
+  """How many examples a ``fit(*args, **kwargs)`` call trains on, or None.
+
+  Known for arrays and tensors (and nests of them): their length, less the
+  part ``validation_split`` holds out (Keras trains on the first
+  ``floor(n * (1 - validation_split))``). None for datasets, generators and
+  anything else of unknown length.
+  """
+  try:
+    bound = inspect.signature(fit).bind_partial(*args, **kwargs).arguments
+  except TypeError:
+    return None
+  x = bound.get("x")
+  leaves = tf.nest.flatten(x) if x is not None else []
+  if not leaves or isinstance(leaves[0], tf.data.Dataset):
+    return None
+  shape = getattr(leaves[0], "shape", None)
+  if shape is None or len(shape) == 0 or shape[0] is None:
+    return None
+  n = int(shape[0])
+  split = bound.get("validation_split") or 0.0
+  if split and bound.get("validation_data") is None:
+    n = int(math.floor(n * (1.0 - split)))
+  return n if n >= 1 else None
+
+
 def _dp_fit(self, *args, **kwargs):
-  """``fit`` with tf_dp's self-check and lot-boundary guard."""
+  """``fit`` with tf_dp's self-check and lot-boundary guard; takes
+  ``population_size`` from the arrays when it was not given."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
+  optimizer = getattr(self, "optimizer", None)
+  examples = training_examples(type(self).fit, (self,) + args, kwargs)
+  if examples is not None and optimizer_base.is_dp_optimizer(optimizer):
+    optimizer.dp_engine.infer_population_size(examples)
   _self_check(self, args, kwargs)
   callbacks = kwargs.pop("callbacks", None)
   callbacks = list(callbacks or [])

@@ -2,13 +2,14 @@
 
 Replace ``import tensorflow_privacy`` by
 ``from tf_dp.compat import tensorflow_privacy`` (or the module paths under
-``tf_dp.compat.tensorflow_privacy.privacy``). Two things TF Privacy did not
-ask for are required (see ``README.md``, "Migrating from TF Privacy"):
+``tf_dp.compat.tensorflow_privacy.privacy``). What TF Privacy did not ask
+for (see ``README.md``, "Migrating from TF Privacy"):
 
 * the model is converted with ``tf_dp.keras.make_private(model)`` (or built
   with ``DPSequential`` / ``DPModel``, which do it);
-* the optimizer gets ``population_size=len(x_train)``, the n of the
-  accounting recorded in ``optimizer.ledger``.
+* the n of the accounting recorded in ``optimizer.ledger`` is taken from the
+  arrays ``fit`` trains on; with a ``tf.data`` pipeline or a custom loop
+  the optimizer needs ``population_size=len(x_train)``.
 
 Like ``tf_dp`` itself, this package imports nothing (TensorFlow included)
 until a name is used; the accounting names work without TensorFlow.
@@ -37,6 +38,7 @@ _LAZY_NAMES = {
     "QuantileAdaptiveClipSumQuery": _QUERY + ".quantile_adaptive_clip_sum_query",
     "QuantileEstimatorQuery": _QUERY + ".quantile_estimator_query",
     "NoPrivacyQuantileEstimatorQuery": _QUERY + ".quantile_estimator_query",
+    "TreeQuantileEstimatorQuery": _QUERY + ".quantile_estimator_query",
     "DPModel": _MODELS,
     "DPSequential": _MODELS,
     "DPKerasAdagradOptimizer": _OPTIMIZERS,

@@ -15,6 +15,10 @@ Algorithm (one batched forward, two cheap passes):
 5. Each layer's rule forms ``sum_r scale_r * grad_r`` (masking records whose
    norm is not finite), and the query assembles the preprocessed sum.
 
+Steps 3 to 5 run in float32 whatever the layers' compute dtype: the forward
+and backward passes run in the model's dtype policy (e.g. bfloat16), the
+taps are cast to float32 before the rules read them.
+
 The result equals summing ``preprocess_record`` over per-record gradients
 from ``tf.vectorized_map`` (tests check 1e-5), at a cost close to one
 ordinary training step.
@@ -139,6 +143,21 @@ def vectorized_map_hazard(layers):
   return None
 
 
+def _float32(t):
+  if tf.is_tensor(t) and t.dtype.is_floating and t.dtype != tf.float32:
+    return tf.cast(t, tf.float32)
+  return t
+
+
+def _in_float32(tap):
+  """``tap`` with its floating inputs and output in float32: rules compute
+  per-record norms and sums in float32 whatever the layer's compute dtype
+  (bfloat16 under ``mixed_bfloat16``, float64 under ``floatx="float64"``),
+  so the scales of the query (float32) apply to them unchanged."""
+  return taps_lib.Tap(tap.layer, tf.nest.map_structure(_float32, tap.args),
+                      tap.kwargs, tf.nest.map_structure(_float32, tap.output))
+
+
 def _records(tensor, num_microbatches):
   batch = tf.shape(tensor)[0]
   return batch if num_microbatches is None else tf.constant(num_microbatches)
@@ -191,7 +210,10 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
     rule = rules[id(unit)]
     if grad is None:
       grad = tf.nest.map_structure(tf.zeros_like, out)
-    state = rule.prepare(unit, session.taps[id(unit)], grad, records)
+    tap = session.taps[id(unit)]
+    if getattr(rule, "float32_taps", True):
+      tap, grad = _in_float32(tap), tf.nest.map_structure(_float32, grad)
+    state = rule.prepare(unit, tap, grad, records)
     unit_vars = rule.variables(unit)
     for v, sq in zip(unit_vars, rule.sq_norms(state)):
       sq_norms[index[id(v)]] = sq

@@ -5,7 +5,9 @@ A rule answers for one layer class:
   * ``supports(layer)``: can it handle this configuration?
   * ``pre_activation``: tap z before the activation (Dense, Conv, ...).
   * ``variables(layer)``: the variables it accounts for.
-  * ``prepare(layer, tap, out_grad, records)``: per-record tensors.
+  * ``prepare(layer, tap, out_grad, records)``: per-record tensors (the
+    tap's floating tensors and ``out_grad`` arrive in float32 unless the
+    rule sets ``float32_taps = False``; norms and sums are float32).
   * ``sq_norms(state)``: ``[R]`` squared norm per variable.
   * ``clipped_sums(state, scales, keep)``: ``sum_r scales_v[r] * grad_v[r]``
     per variable (records to drop have ``keep`` false and are masked, so
@@ -126,6 +128,9 @@ class LocalVectorizedRule:
   """
 
   pre_activation = False
+  # The layer is re-run on its own inputs, in its own dtype; the per-record
+  # gradients are cast to float32 afterwards.
+  float32_taps = False
 
   def __init__(self, original_call):
     # Keras runs layer calls without autograph; so must we (autograph
@@ -160,7 +165,7 @@ class LocalVectorizedRule:
     per_record = per_example.map_records(
         one, (args, grads_out),
         loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
-    return {"per_record": per_record}
+    return {"per_record": [tf.cast(p, tf.float32) for p in per_record]}
 
   def sq_norms(self, state):
     return [tf.reduce_sum(tf.square(tf.reshape(p, [tf.shape(p)[0], -1])), 1)

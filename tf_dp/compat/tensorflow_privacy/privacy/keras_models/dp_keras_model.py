@@ -8,8 +8,10 @@ functional ``tf.keras.Model``), converts it with
 ``tf_dp.DPOptimizer`` around that optimizer. What changes against TF
 Privacy:
 
-* ``population_size`` (the number of training examples) is required, given
-  here or to ``compile``; ``compile`` raises, naming the fix, without it.
+* ``population_size`` (the number of training examples), given here or to
+  ``compile``, is taken from the arrays ``fit`` trains on when left out;
+  with a ``tf.data`` pipeline it must be given (the first step otherwise
+  fails, weights unchanged, naming the fix).
 * They are functions returning a converted Keras model, not classes:
   subclass ``tf.keras.Model`` and call ``make_private`` instead of
   subclassing ``DPModel``.
@@ -23,22 +25,12 @@ import types
 from tf_dp.keras import optimizer as optimizer_lib
 from tf_dp.keras import private_model
 
-MISSING_POPULATION_SIZE = (
-    "A DPSequential/DPModel needs population_size, the number of training "
-    "examples, which TF Privacy did not ask for: tf_dp records every lot in "
-    "a privacy ledger (model.optimizer.ledger) that needs it. Pass "
-    "DPSequential(..., population_size=len(x_train)) or "
-    "model.compile(..., population_size=len(x_train)).")
-
-
 def _dp_compile(self, optimizer="rmsprop", *args, population_size=None,  # pylint: disable=keyword-arg-before-vararg
                 **kwargs):
   """``compile`` that wraps a plain optimizer in a ``tf_dp.DPOptimizer``."""
   dp = self._tf_dp_compat_config  # pylint: disable=protected-access
   if not optimizer_lib.is_dp_optimizer(optimizer):
     population_size = population_size or dp.population_size
-    if population_size is None:
-      raise ValueError(MISSING_POPULATION_SIZE)
     optimizer = optimizer_lib.DPOptimizer(
         optimizer, l2_norm_clip=dp.l2_norm_clip,
         noise_multiplier=dp.noise_multiplier,

@@ -10,9 +10,11 @@ around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
   before ``compile`` (TF Privacy computed a jacobian inside ``minimize``;
   Keras 3 never shows an optimizer per-example losses). An unconverted
   model fails at its first step, weights unchanged, with that fix.
-* ``population_size=len(x_train)`` is required (keyword only): the ledger
-  (``optimizer.ledger``) accounts privacy with it. Without it the
-  constructor raises, naming the fix, before any training.
+* ``population_size`` (keyword only), the number of training examples that
+  the ledger (``optimizer.ledger``) accounts privacy with, is taken from
+  the arrays ``fit`` trains on; with a ``tf.data`` pipeline or a custom
+  loop, pass ``population_size=len(x_train)`` (the first step otherwise
+  fails, weights unchanged, naming that fix).
 * Noise is added once per lot of ``gradient_accumulation_steps`` batches;
   TF Privacy added it to every batch (sqrt(k) times more noise for the same
   noise_multiplier). A warning says so when k > 1.
@@ -29,13 +31,6 @@ import warnings
 
 from tf_dp.keras import optimizer as optimizer_lib
 
-MISSING_POPULATION_SIZE = (
-    "{name} needs population_size, the number of training examples, which "
-    "TF Privacy did not ask for: tf_dp records every lot in a privacy ledger "
-    "(optimizer.ledger) that needs it. Pass {name}(..., "
-    "population_size=len(x_train)), and convert the model with "
-    "`model = tf_dp.keras.make_private(model)` before compiling it.")
-
 ACCUMULATION_WARNING = (
     "gradient_accumulation_steps={k}: tf_dp adds noise of stddev "
     "noise_multiplier * l2_norm_clip once per lot of {k} batches, where TF "
@@ -45,13 +40,11 @@ ACCUMULATION_WARNING = (
     "noise_multiplier={effective:.4g}.")
 
 
-def _dp_optimizer(name, keras_optimizer_cls, l2_norm_clip, noise_multiplier,
+def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
                   num_microbatches, gradient_accumulation_steps, args,
                   kwargs):
   """A ``tf_dp.DPOptimizer`` around ``keras_optimizer_cls(*args, **kwargs)``."""
   population_size = kwargs.pop("population_size", None)
-  if population_size is None:
-    raise ValueError(MISSING_POPULATION_SIZE.format(name=name))
   if (isinstance(gradient_accumulation_steps, int)
       and gradient_accumulation_steps > 1 and noise_multiplier):
     warnings.warn(ACCUMULATION_WARNING.format(
@@ -73,7 +66,7 @@ def make_keras_optimizer_class(cls):
 
   Returns:
     A function ``(l2_norm_clip, noise_multiplier, num_microbatches=None,
-    gradient_accumulation_steps=1, *args, population_size, **kwargs)``
+    gradient_accumulation_steps=1, *args, population_size=None, **kwargs)``
     returning ``tf_dp.DPOptimizer(cls(*args, **kwargs), ...)`` (see the
     module docstring for the privacy contract and the differences).
 
@@ -85,7 +78,7 @@ def make_keras_optimizer_class(cls):
 
   def dp_optimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=keyword-arg-before-vararg
                    gradient_accumulation_steps=1, *args, **kwargs):
-    return _dp_optimizer(name, cls, l2_norm_clip, noise_multiplier,
+    return _dp_optimizer(cls, l2_norm_clip, noise_multiplier,
                          num_microbatches, gradient_accumulation_steps, args,
                          kwargs)
 
@@ -115,14 +108,15 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
       gradient_accumulation_steps: As TF Privacy's.
     *args: Passed to ``tf.keras.optimizers.SGD``.
     **kwargs: Passed to ``tf.keras.optimizers.SGD``, except
-      ``population_size`` (required): the number of training examples.
+      ``population_size``: the number of training examples (inferred
+      from the arrays given to ``fit`` when left out).
 
   Returns:
     A ``tf_dp.DPOptimizer``; compile it into a model converted with
     ``tf_dp.keras.make_private``.
 
   Raises:
-    ValueError: without ``population_size``, or on an invalid argument.
+    ValueError: on an invalid argument.
 
   Example:
     >>> model = tf_dp.keras.make_private(model)
@@ -130,7 +124,7 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
     ...     l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.1,
     ...     population_size=len(x_train)), loss="mse")
   """
-  return _dp_optimizer("DPKerasSGDOptimizer", _keras_optimizers().SGD,
+  return _dp_optimizer(_keras_optimizers().SGD,
                        l2_norm_clip, noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)
 
@@ -139,7 +133,7 @@ def DPKerasAdamOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None, 
                          gradient_accumulation_steps=1, *args, **kwargs):
   """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adam``: same contract,
   arguments and errors."""
-  return _dp_optimizer("DPKerasAdamOptimizer", _keras_optimizers().Adam,
+  return _dp_optimizer(_keras_optimizers().Adam,
                        l2_norm_clip, noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)
 
@@ -149,6 +143,6 @@ def DPKerasAdagradOptimizer(l2_norm_clip, noise_multiplier,  # pylint: disable=i
                             gradient_accumulation_steps=1, *args, **kwargs):
   """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adagrad``: same
   contract, arguments and errors."""
-  return _dp_optimizer("DPKerasAdagradOptimizer", _keras_optimizers().Adagrad,
+  return _dp_optimizer(_keras_optimizers().Adagrad,
                        l2_norm_clip, noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)

@@ -1,0 +1,130 @@
+"""population_size: given, or inferred from the arrays that fit trains on."""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tests.keras import helpers
+
+KERAS = helpers.keras_modules()
+
+
+def _private(K, **dp_kwargs):
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  model.compile(
+      optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), l2_norm_clip=1.0,
+                                  noise_multiplier=1.0, **dp_kwargs),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+def _samples(model):
+  return model.optimizer.ledger.to_dict()["samples"]
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("split,expected_n", [(0.0, 103), (0.2, 82)])
+def test_inferred_from_fit_arrays_less_the_validation_split(K, split,
+                                                            expected_n):
+  """Keras trains on the first floor(103 * 0.8) = 82 examples; q of a
+  batch of 10 is 10 / 82, and the short last batch 2 / 82."""
+  x, y = helpers.make_data("dense", 103)
+  model = _private(K)
+  model.fit(x, y, batch_size=10, epochs=1, validation_split=split,
+            verbose=0)
+  samples = _samples(model)
+  assert model.optimizer.dp_config.population_size == expected_n
+  assert len(samples) == -(-expected_n // 10)
+  assert {s["population_size"] for s in samples} == {expected_n}
+  assert samples[0]["selection_probability"] == pytest.approx(
+      10 / expected_n)
+  assert samples[-1]["selection_probability"] == pytest.approx(
+      (expected_n % 10 or 10) / expected_n)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_inferred_from_a_dict_of_tensors(K):
+  x, y = helpers.make_data("dense", 40)
+  inputs = K.layers.Input((6,), name="features")
+  model = K.Model(inputs, K.layers.Dense(3)(inputs))
+  model = tf_dp.keras.make_private(model, self_check=False)
+  model.compile(tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0),
+                K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit({"features": tf.constant(x)}, tf.constant(y), batch_size=8,
+            verbose=0)
+  assert {s["population_size"] for s in _samples(model)} == {40}
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_dataset_of_unknown_size_still_needs_it(K):
+  x, y = helpers.make_data("dense", 16)
+  model = _private(K)
+  before = [w.copy() for w in model.get_weights()]
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+  with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
+    model.fit(data, epochs=1, verbose=0)
+  for a, b in zip(before, model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  assert _samples(model) == []
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_custom_loop_still_needs_it(K):
+  x, y = helpers.make_data("dense", 8)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0)
+  with pytest.raises(ValueError, match="population_size is unknown"):
+    optimizer.private_step(model, "sparse_categorical_crossentropy", x, y)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_given_population_size_wins_and_warns_when_larger(K):
+  """An n larger than the training set understates epsilon unless the set
+  was drawn at random from the population: the user is told."""
+  x, y = helpers.make_data("dense", 20)
+  model = _private(K, population_size=1000)
+  with pytest.warns(UserWarning, match="population_size=1000 but fit "
+                    "trains on 20 examples"):
+    model.fit(x, y, batch_size=10, verbose=0)
+  assert {s["population_size"] for s in _samples(model)} == {1000}
+  model = _private(K, population_size=20)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    model.fit(x, y, batch_size=10, verbose=0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_each_fit_records_the_n_it_trains_on(K):
+  x, y = helpers.make_data("dense", 30)
+  model = _private(K)
+  model.fit(x, y, batch_size=10, verbose=0)
+  model.fit(x[:20], y[:20], batch_size=10, verbose=0)
+  assert [s["population_size"] for s in _samples(model)] == [30] * 3 + [20] * 2
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_inferred_n_survives_save_and_load(K, tmp_path):
+  """The loaded optimizer keeps the inferred n (its config) and the
+  ledger; the next fit on the same arrays continues with the same n."""
+  x, y = helpers.make_data("dense", 30)
+  model = _private(K)
+  model.fit(x, y, batch_size=10, verbose=0)
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  loaded = tf_dp.keras.make_private(K.models.load_model(path),
+                                    self_check=False)
+  assert loaded.optimizer.dp_config.population_size == 30
+  assert loaded.optimizer.dp_config.population_size_inferred
+  loaded.fit(x, y, batch_size=10, verbose=0)
+  assert [s["population_size"] for s in _samples(loaded)] == [30] * 6
+
+
+def test_required_where_it_cannot_be_inferred():
+  for kwargs in ({"sampling": "fixed_size"},
+                 {"sampling": "poisson", "sampling_probability": 0.01}):
+    with pytest.raises(ValueError, match="population_size is required"):
+      tf_dp.DPOptimizer("sgd", 1.0, 1.0, **kwargs)
