@@ -222,8 +222,9 @@ class DPEngine(tf.Module):
         raise ValueError(
             "DPBatchNormalization needs the fast clipping path, which is "
             "unavailable for this model (see the log for why).")
-      hazard = fast_clipping.vectorized_map_hazard(
-          model_checks.all_layers(model))
+      # Ragged or sparse inputs run a tf.map_fn loop: no pfor hazard.
+      hazard = None if per_example.composite_inputs_reason(x) else (
+          fast_clipping.vectorized_map_hazard(model_checks.all_layers(model)))
       if hazard is not None:
         raise ValueError(hazard)
       grads, y_pred, losses = per_example.record_gradients(
@@ -309,8 +310,9 @@ class DPEngine(tf.Module):
     method = self.config.per_example_method
     if method == "vectorized":
       return None
-    reason = fast_clipping.fast_path_unavailable_reason(model,
-                                                        self._grad_query)
+    reason = (per_example.composite_inputs_reason(x) or
+              fast_clipping.fast_path_unavailable_reason(model,
+                                                         self._grad_query))
     if reason is None:
       microbatches = self.microbatches_per_replica()
       if microbatches is not None:

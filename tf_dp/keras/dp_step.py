@@ -14,13 +14,16 @@ def converted_flavor(model):
   return getattr(model, "_tf_dp_flavor", None)
 
 
-def _check_dense(x, y):
-  for t in tf.nest.flatten((x, y)):
-    if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):
+def _check_dense_labels(y, sample_weight):
+  """Ragged or sparse inputs are fine (a per-example loop computes them);
+  labels and weights must be dense."""
+  for t in tf.nest.flatten((y, sample_weight)):
+    if per_example.is_composite(t):
       raise ValueError(
-          f"tf_dp does not support {type(t).__name__} inputs or labels: "
-          f"per-example gradients need dense batches. Pad the batch (e.g. "
-          f"ragged.to_tensor()) and mask the padding in the model.")
+          f"tf_dp does not support {type(t).__name__} labels or sample "
+          f"weights (ragged or sparse inputs are supported). Pad the labels "
+          f"(e.g. labels.to_tensor()) and give the padding sample weight 0, "
+          f"or use one label per example.")
 
 
 def private_step(model, optimizer, loss_fn, x, y, sample_weight):
@@ -35,8 +38,13 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
   penalty)``: the per-example losses, and the ``add_loss`` penalty (None
   unless the model adds losses).
   """
-  _check_dense(x, y)
+  _check_dense_labels(y, sample_weight)
   flavor = converted_flavor(model)
+  if not model.built or not model.trainable_variables:
+    raise ValueError(
+        f"Model {model.name!r} has no trainable variables yet: it is not "
+        f"built. Give it an Input layer, or call it once on a batch "
+        f"(`model(x)`) before the first DP step.")
   variables = model.trainable_variables
   with tf.init_scope():  # Create the DP state eagerly, once.
     optimizer.ensure_built(variables, model)

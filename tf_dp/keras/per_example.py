@@ -5,6 +5,11 @@ a backward pass per record), which is O(batch) work, unlike the jacobian of
 the loss vector (O(batch^2)). A record is one example, or one microbatch of
 ``batch_size / num_microbatches`` consecutive examples whose gradient is the
 mean over its examples.
+
+A batch with ``tf.RaggedTensor`` or ``tf.SparseTensor`` inputs (token ids of
+varying length) is computed by a ``tf.map_fn`` loop instead: each record is
+the example itself (or its microbatch), a batch of one that keeps its
+composite type, so the model computes it from that example alone.
 """
 
 from absl import logging
@@ -40,12 +45,79 @@ def pfor_breaks_recurrence(layers):
   return feeds and any(hasattr(layer, "cell") for layer in layers)
 
 
+def is_composite(t):
+  return isinstance(t, (tf.RaggedTensor, tf.SparseTensor))
+
+
+def composite_inputs_reason(x):
+  """Why a batch ``x`` takes the per-record loop (None if it is dense)."""
+  kinds = sorted({type(t).__name__ for t in tf.nest.flatten(x)
+                  if is_composite(t)})
+  if not kinds:
+    return None
+  return (f"the inputs include a {' and a '.join(kinds)}, which the fast "
+          f"path does not take (a tf.map_fn loop computes each example "
+          f"alone, as a batch of one, instead of tf.vectorized_map)")
+
+
+def batch_size(structure):
+  """The (dynamic) number of examples of a batch: its first leaf's rows."""
+  t = tf.nest.flatten(structure)[0]
+  if isinstance(t, tf.RaggedTensor):
+    return tf.cast(t.nrows(), tf.int32)
+  if isinstance(t, tf.SparseTensor):
+    return tf.cast(t.dense_shape[0], tf.int32)
+  return tf.shape(t)[0]
+
+
+def _record(t, i):
+  """Record ``i`` of ``t`` split by ``split_into_records``, keeping its
+  type. A sparse record's dense shape depends on that record alone: the
+  static width where the input fixes it, else the record's own extent (its
+  largest index + 1), never the widest example of the batch."""
+  if not isinstance(t, tf.SparseTensor):
+    return t[i]
+  shape = t.dense_shape  # [records, examples per record, features...]
+  start = tf.concat([[tf.cast(i, tf.int64)], tf.zeros_like(shape[1:])], 0)
+  part = tf.sparse.reshape(
+      tf.sparse.slice(t, start, tf.concat([[1], shape[1:]], 0)), shape[1:])
+  extent = tf.reduce_max(tf.concat(
+      [part.indices[:, 1:] + 1,
+       tf.ones([1, tf.size(shape) - 2], tf.int64)], 0), axis=0)
+  own = [shape[1]] + [
+      extent[k] if d is None else tf.constant(d, tf.int64)
+      for k, d in enumerate(t.shape[2:])]
+  # Every index lies within the record's own extent.
+  return tf.SparseTensor(part.indices, part.values, tf.stack(own))
+
+
+def _loop_over_composite_records(fn, elems):
+  """``tf.map_fn`` over record indices; ``fn`` sees each record with its
+  composite type (ragged ``[k, (len)]``, sparse ``[k, d]``)."""
+  count = batch_size(elems)
+  take = lambda i: fn(tf.nest.map_structure(lambda t: _record(t, i), elems))
+  traced = tf.function(take, autograph=False).get_concrete_function(
+      tf.TensorSpec([], tf.int32)).structured_outputs
+  for t in tf.nest.flatten(traced):
+    if is_composite(t):
+      raise ValueError(
+          f"tf_dp: the model returns a {type(t).__name__}; with ragged or "
+          f"sparse inputs tf_dp needs dense outputs and labels (pool or "
+          f"reduce the sequence axis, or pad the outputs).")
+  signature = tf.nest.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype), traced)
+  return tf.map_fn(take, tf.range(count), fn_output_signature=signature)
+
+
 def map_records(fn, elems, loop=False):
   """``fn`` applied to each record of ``elems``: ``tf.vectorized_map``, or
-  a ``tf.map_fn`` loop when ``loop`` is set or pfor cannot convert the
-  computation at all (e.g. tf-keras LSTM/GRU, whose TensorList variants pfor
-  rejects). Both compute each record from that record alone.
+  a ``tf.map_fn`` loop when ``loop`` is set, when ``elems`` holds ragged or
+  sparse tensors, or when pfor cannot convert the computation at all (e.g.
+  tf-keras LSTM/GRU, whose TensorList variants pfor rejects). Both compute
+  each record from that record alone.
   """
+  if any(is_composite(t) for t in tf.nest.flatten(elems)):
+    return _loop_over_composite_records(fn, elems)
   if not loop:
     try:
       return tf.vectorized_map(fn, elems, fallback_to_while_loop=True)
@@ -63,11 +135,8 @@ def map_records(fn, elems, loop=False):
   return tf.map_fn(fn, elems, fn_output_signature=signature)
 
 
-def split_into_records(tensor, num_microbatches):
-  """Reshapes a batch to ``[records, examples_per_record, ...]``."""
-  tensor = tf.convert_to_tensor(tensor)
-  if num_microbatches is None:
-    return tf.expand_dims(tensor, 1)
+def _examples_per_record(tensor, num_microbatches):
+  """``batch / num_microbatches``, after checking that it divides."""
   message = (f"tf_dp: the batch size does not divide into num_microbatches"
              f"={num_microbatches}. Use a batch size that is a multiple of "
              f"num_microbatches and drop_remainder=True in tf.data (a short "
@@ -75,11 +144,36 @@ def split_into_records(tensor, num_microbatches):
   static_batch = tensor.shape[0]
   if static_batch is not None and static_batch % num_microbatches:
     raise ValueError(message + f" Got a batch of {static_batch}.")
-  batch = tf.shape(tensor)[0]
+  batch = batch_size(tensor)
   tf.debugging.assert_equal(batch % num_microbatches, 0, message=message)
+  return batch // num_microbatches
+
+
+def _split_composite(tensor, num_microbatches):
+  """A ragged batch as ``[records, k, (len)]``, a sparse one as ``[records,
+  k, ...]``: records of k consecutive examples (k = 1 without
+  microbatches)."""
+  per_record = (1 if num_microbatches is None
+                else _examples_per_record(tensor, num_microbatches))
+  if isinstance(tensor, tf.RaggedTensor):
+    return tf.RaggedTensor.from_uniform_row_length(
+        tensor, tf.cast(per_record, tensor.row_splits.dtype))
+  shape = tensor.dense_shape
+  per_record = tf.cast(per_record, tf.int64)
+  return tf.sparse.reshape(tensor, tf.concat(
+      [[shape[0] // per_record, per_record], shape[1:]], 0))
+
+
+def split_into_records(tensor, num_microbatches):
+  """Reshapes a batch to ``[records, examples_per_record, ...]``."""
+  if is_composite(tensor):
+    return _split_composite(tensor, num_microbatches)
+  tensor = tf.convert_to_tensor(tensor)
+  if num_microbatches is None:
+    return tf.expand_dims(tensor, 1)
+  per_record = _examples_per_record(tensor, num_microbatches)
   return tf.reshape(tensor, tf.concat(
-      [[num_microbatches, batch // num_microbatches], tf.shape(tensor)[1:]],
-      axis=0))
+      [[num_microbatches, per_record], tf.shape(tensor)[1:]], axis=0))
 
 
 def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
@@ -105,8 +199,7 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
   xs = tf.nest.map_structure(split, x)
   ys = tf.nest.map_structure(split, y)
   if sample_weight is None:
-    batch = tf.shape(tf.nest.flatten(x)[0])[0]
-    sample_weight = tf.ones([batch], tf.float32)
+    sample_weight = tf.ones([batch_size(x)], tf.float32)
   ws = tf.nest.map_structure(lambda w: split(tf.cast(w, tf.float32)),
                              sample_weight)
 

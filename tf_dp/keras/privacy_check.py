@@ -49,10 +49,27 @@ class PrivacyCheckError(ValueError):
   """The model mixes examples, or the fast path disagrees with the reference."""
 
 
+def _gather_rows(t, rows):
+  if t is None:
+    return None
+  if isinstance(t, tf.SparseTensor):
+    return tf.sparse.from_dense(tf.gather(tf.sparse.to_dense(t), rows))
+  if isinstance(t, tf.RaggedTensor):
+    return tf.gather(t, rows)
+  return tf.gather(tf.convert_to_tensor(t), rows)
+
+
 def _rows(structure, rows):
-  return tf.nest.map_structure(
-      lambda t: None if t is None else tf.gather(tf.convert_to_tensor(t),
-                                                 rows), structure)
+  return tf.nest.map_structure(lambda t: _gather_rows(t, rows), structure)
+
+
+def _dense(t):
+  """A layer output as a dense array (ragged rows padded with zeros)."""
+  if isinstance(t, tf.RaggedTensor):
+    t = t.to_tensor()
+  elif isinstance(t, tf.SparseTensor):
+    t = tf.sparse.to_dense(t)
+  return np.asarray(tf.convert_to_tensor(t))
 
 
 def _is_model(layer):
@@ -86,8 +103,13 @@ def _per_example_grads_and_outputs(model, loss_fn, x, y, w):
 
 
 def _changed(a, b, rows):
-  a = np.asarray(tf.convert_to_tensor(a))[rows]
-  b = np.asarray(tf.convert_to_tensor(b))[rows]
+  a, b = _dense(a), _dense(b)
+  if a.shape != b.shape and a.ndim == b.ndim:
+    # Ragged outputs padded to different lengths: pad both alike.
+    shape = np.maximum(a.shape, b.shape)
+    a, b = (np.pad(t, [(0, s - d) for s, d in zip(shape, t.shape)])
+            for t in (a, b))
+  a, b = a[rows], b[rows]
   scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-12)
   return np.abs(a - b).max(initial=0.0) > _RTOL * scale
 
@@ -126,8 +148,9 @@ def _check_fast_path(model, loss_fn, x, y, w):
   reference itself (the whole model under ``tf.vectorized_map``) would hit
   a TensorFlow bug (``vectorized_map_hazard``)."""
   variables = model.trainable_variables
-  if fast_clipping.fast_path_unavailable_reason(
-      model, GaussianSumQuery(1.0, 0.0)) is not None:
+  if per_example.composite_inputs_reason(x) or (
+      fast_clipping.fast_path_unavailable_reason(
+          model, GaussianSumQuery(1.0, 0.0)) is not None):
     return
   hazard = fast_clipping.vectorized_map_hazard(
       model_checks.all_layers(model))
@@ -188,7 +211,7 @@ def check_privacy(model, x, y, sample_weight=None, num_examples=4):
   """
   flavor = compat.flavor_of(model)
   loss_fn = losses_lib.per_example_loss_fn(model, flavor)
-  batch = int(tf.shape(tf.nest.flatten(x)[0])[0])
+  batch = int(per_example.batch_size(x))
   m = min(int(num_examples), batch)
   if m < 2:
     raise ValueError("check_privacy needs a batch of at least 2 examples; "

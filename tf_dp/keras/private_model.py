@@ -82,9 +82,30 @@ def _first_batch(self, args, kwargs):
   if x is None or y is None or not all(
       hasattr(t, "shape") for t in tf.nest.flatten((x, y))):
     return None
-  take = lambda t: None if t is None else t[:8]
-  return (tf.nest.map_structure(take, x), tf.nest.map_structure(take, y),
-          take(kwargs.get("sample_weight")))
+  return (tf.nest.map_structure(_head, x), tf.nest.map_structure(_head, y),
+          _head(kwargs.get("sample_weight")))
+
+
+def _head(t, count=8):
+  """The first ``count`` examples of ``t`` (dense, ragged or sparse)."""
+  if t is None:
+    return None
+  if isinstance(t, tf.SparseTensor):
+    size = tf.minimum(t.dense_shape[0], count)
+    return tf.sparse.slice(t, tf.zeros_like(t.dense_shape), tf.concat(
+        [[size], t.dense_shape[1:]], 0))
+  return t[:count]
+
+
+def _build_on_first_batch(self, args, kwargs):
+  """Builds a model that is not built yet (a Sequential without ``Input``,
+  a subclassed model) by calling it on a few examples of what ``fit`` will
+  train on, so that the DP state is created for its variables."""
+  if self.built and self.trainable_variables:
+    return
+  batch = _first_batch(self, args, kwargs)
+  if batch is not None:
+    self(batch[0], training=False)
 
 
 def _self_check(self, args, kwargs):
@@ -144,6 +165,7 @@ def _dp_fit(self, *args, **kwargs):
   examples = training_examples(type(self).fit, (self,) + args, kwargs)
   if examples is not None and optimizer_base.is_dp_optimizer(optimizer):
     optimizer.dp_engine.infer_population_size(examples)
+  _build_on_first_batch(self, args, kwargs)
   _self_check(self, args, kwargs)
   callbacks = kwargs.pop("callbacks", None)
   callbacks = list(callbacks or [])
