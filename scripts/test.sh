@@ -4,14 +4,19 @@
 #   tf215: TensorFlow 2.15, tf.keras 2.15 and tf.estimator
 # Extra arguments go to pytest (e.g. -m "not slow").
 # Set TF_DP_STACKS="tf221" to test one stack only.
+# Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
+# target and runs a fast subset under Bazel (scripts/bazel_check.sh);
+# TF_DP_BAZEL=require fails when Bazel is missing, TF_DP_BAZEL=skip skips it.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONHASHSEED=0
 status=0
+bazel_py=""
 for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   echo "=== stack $stack: setting up"
   py="$(scripts/setup_env.sh "$stack" | tail -n 1)" || { echo "setup of $stack failed"; status=1; continue; }
+  bazel_py="${bazel_py:-$py}"
   echo "=== stack $stack: $("$py" -c 'import tensorflow as tf, numpy; print("tensorflow", tf.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
   "$py" -m pytest -q -p no:cacheprovider "$@" tests
   rc=$?
@@ -22,4 +27,21 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   echo "=== stack $stack: pytest exit code $rc"
   [ $rc -eq 0 ] || status=1
 done
+bazel_mode="${TF_DP_BAZEL:-auto}"
+if [ "$bazel_mode" != skip ]; then
+  if [ -z "$bazel_py" ]; then
+    echo "=== bazel: no stack was set up"; status=1
+  elif command -v bazel >/dev/null; then
+    echo "=== bazel: build //... and the fast test subset"
+    if bash scripts/bazel_check.sh "$bazel_py"; then
+      echo "=== bazel: passed"
+    else
+      echo "=== bazel: FAILED"; status=1
+    fi
+  elif [ "$bazel_mode" = require ]; then
+    echo "=== bazel: not installed (apt-get install -y bazel-bootstrap)"; status=1
+  else
+    echo "=== bazel: not installed, skipped (apt-get install -y bazel-bootstrap)"
+  fi
+fi
 exit $status
