@@ -167,6 +167,36 @@ def test_secure_sampler_is_standard_normal():
   _check_standard_normal(noise.secure_standard_normal(400001), "secure")
 
 
+def test_default_sampler_is_standard_normal_in_every_context():
+  # 2 * 10^6 draws from leaves of odd, even, scalar and empty shapes.
+  shapes = [[999999], [1000, 1000], [], [0, 3], [1]]
+  seed = tf.constant([3, 4], tf.int64)
+  for run in (lambda f: f(), lambda f: tf.function(f)(),
+              lambda f: tf.function(f, jit_compile=True)()):
+    draws = run(lambda: noise.stateless_standard_normals(shapes, seed))
+    assert [d.shape.as_list() for d in draws] == shapes
+    assert all(d.dtype == tf.float32 for d in draws)
+    z = np.concatenate([d.numpy().ravel() for d in draws])
+    _check_standard_normal(z, "default sampler")
+    # u1 >= 2^-33: |z| <= sqrt(-2 ln 2^-33) = 6.76.
+    assert np.all(np.isfinite(z)) and np.max(np.abs(z)) <= 6.77
+  # Tail mass: P(|Z| > 4) = 6.33e-5; a binomial count, 5 sd.
+  expected = 2 * stats.norm.sf(4) * z.size
+  assert abs(np.sum(np.abs(z) > 4) - expected) < 5 * math.sqrt(expected)
+
+
+def test_default_sampler_shapes_known_only_at_run_time():
+  seed = tf.constant([5, 6], tf.int64)
+  fn = tf.function(lambda n: noise.stateless_standard_normals(
+      [tf.stack([n, 2]), [3]], seed), input_signature=[
+          tf.TensorSpec([], tf.int32)])
+  a, b = fn(tf.constant(100001))
+  assert a.shape == (100001, 2) and b.shape == (3,)
+  _check_standard_normal(a.numpy().ravel(), "dynamic shape")
+  again = fn(tf.constant(100001))[0]
+  np.testing.assert_array_equal(a, again)  # Stateless: same seed, same draw.
+
+
 def test_box_muller_uniforms_never_hit_log_zero():
   # 2^-53 is the smallest u1: the largest |z| is sqrt(-2 ln 2^-53) = 8.57.
   values = noise._box_muller(200000)  # pylint: disable=protected-access

@@ -4,8 +4,8 @@ A query's global state holds only a public **noise nonce**, int64
 ``[noise_seed or 0, draws]``. The noise itself is drawn by a ``NoiseGenerator``
 in one of three modes:
 
-* **default** (``noise_seed=None``): stateless normals (Philox) from a seed
-  derived from a **per-process key**: 128 bits from ``os.urandom``, held in
+* **default** (``noise_seed=None``): stateless normals (Box-Muller on
+  Philox words, ``stateless_standard_normals``) from a seed derived from a **per-process key**: 128 bits from ``os.urandom``, held in
   ``tf.Variable``s of a plain Python object that no ``tf.Module`` or
   checkpoint references, so the key is in no checkpoint, SavedModel or
   ``.keras`` file (a function that captures it cannot be exported: TF refuses
@@ -22,7 +22,8 @@ in one of three modes:
   cryptographically secure generator (and Philox-4x32's key is 64 bits):
   the noise is unpredictable to whoever lacks access to the process, and
   that is the whole guarantee.
-* **fixed** (``noise_seed=int``, tests only, warns): seed ``nonce`` itself;
+* **fixed** (``noise_seed=int``, tests only, warns): the same sampler,
+  seeded by ``nonce`` itself;
   reproducible and therefore removable by anyone who knows the int.
 * **secure** (``secure_mode=True``): every bit comes from ``os.urandom``
   (the kernel's CSPRNG), read on the host through ``tf.numpy_function`` in
@@ -124,14 +125,77 @@ class NoiseGenerator:
       seed = (tf.convert_to_tensor(nonce, tf.int64)
               if self._noise_seed is not None else _secret_seed())
       seed = tf.random.experimental.stateless_fold_in(seed, stream)
-      noised = []
-      for i, x in enumerate(leaves):
-        leaf_seed = tf.random.experimental.stateless_fold_in(seed, i)
-        draw = tf.random.stateless_normal(tf.shape(x), seed=leaf_seed,
-                                          dtype=tf.float32)
-        noised.append(x + tf.cast(draw * tf.cast(stddev, tf.float32),
-                                  x.dtype))
+      draws = stateless_standard_normals(
+          [x.shape if x.shape.is_fully_defined() else tf.shape(x)
+           for x in leaves], seed)
+      stddev = tf.cast(stddev, tf.float32)
+      noised = [x + tf.cast(draw * stddev, x.dtype)
+                for x, draw in zip(leaves, draws)]
     return tf.nest.pack_sequence_as(structure, noised)
+
+
+# --- The default sampler ---
+
+_TWO_PI = 2.0 * math.pi
+
+
+def _box_muller_float32(count, seed):
+  """``count`` i.i.d. N(0, 1) float32 values (Box-Muller on 32-bit words).
+
+  Each pair of outputs takes two 32-bit words of Philox (stateless, keyed
+  by ``seed``): ``u1 = (w1 + 1/2) 2^-32`` in (0, 1] and angle ``2 pi w2
+  2^-32``; ``r = sqrt(-2 log u1)``; outputs ``r cos``, ``r sin``. The
+  transcendental functions are TensorFlow's vectorised kernels, so this is
+  about twice as fast on a CPU as ``tf.random.stateless_normal`` (whose
+  per-element Box-Muller is scalar), and its tail reaches ``r = 6.76``
+  (``u1 >= 2^-33``) where ``stateless_normal`` clamps ``u1`` at 1e-7
+  (``r <= 5.68``). Like every floating-point sampler it is not hardened
+  against floating-point attacks; ``secure_mode`` is.
+  """
+  half = (count + 1) // 2
+  words = tf.random.stateless_uniform([2, half], seed=seed, minval=None,
+                                      maxval=None, dtype=tf.uint32)
+  u1 = (tf.cast(words[0], tf.float32) + 0.5) * (2.0 ** -32)
+  angle = tf.cast(words[1], tf.float32) * (_TWO_PI * 2.0 ** -32)
+  radius = tf.sqrt(-2.0 * tf.math.log(u1))
+  both = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)
+  return both[:count]
+
+
+def stateless_standard_normals(shapes, seed):
+  """Independent N(0, 1) float32 tensors of the given shapes, from one
+  stateless ``seed`` (int64 ``[2]``): the default mode's sampler.
+
+  One draw serves every shape (a structure's leaves are noised with one
+  batch of Philox words and one set of kernels, not one per leaf).
+  """
+  if not shapes:
+    return []
+  static = [_static_shape(s) for s in shapes]
+  if all(s is not None for s in static):
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in static]
+    flat = _box_muller_float32(sum(sizes), seed)
+    parts = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
+    return [tf.reshape(p, s) for p, s in zip(parts, static)]
+  # A shape known only at run time: one draw per shape, seeds folded in.
+  out = []
+  for i, shape in enumerate(shapes):
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    draw = _box_muller_float32(
+        tf.reduce_prod(shape), tf.random.experimental.stateless_fold_in(
+            seed, i))
+    out.append(tf.reshape(draw, shape))
+  return out
+
+
+def _static_shape(shape):
+  """``shape`` as a list of ints, or None if only known at run time."""
+  if isinstance(shape, tf.TensorShape):
+    return shape.as_list() if shape.is_fully_defined() else None
+  if tf.is_tensor(shape):
+    value = tf.get_static_value(shape)
+    return None if value is None else [int(d) for d in value]
+  return [int(d) for d in shape]
 
 
 # --- The per-process secret key (default mode) ---
