@@ -23,8 +23,8 @@ the ledger, which lives in named variables saved in the checkpoint.
 
 import tensorflow as tf
 
+from tf_dp.core import config as config_lib
 from tf_dp.dp_query import allocation
-from tf_dp.keras import config as config_lib
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 

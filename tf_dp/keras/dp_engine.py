@@ -18,12 +18,12 @@ import warnings
 from absl import logging
 import tensorflow as tf
 
+from tf_dp.core import config as config_lib
 from tf_dp.dp_query import allocation
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
 from tf_dp.dp_query.nested_query import NestedQuery
-from tf_dp.keras import config as config_lib
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example

@@ -14,8 +14,8 @@ Usage (two extra lines against non-private training)::
       model.optimizer.ledger, delta=1e-5)
 """
 
+from tf_dp.core import config as config_lib
 from tf_dp.keras import compat
-from tf_dp.keras import config as config_lib
 # Re-exported: the names every flavour's DP optimizer shares.
 from tf_dp.keras.optimizer_base import DPOptimizerMixin  # pylint: disable=unused-import
 from tf_dp.keras.optimizer_base import is_dp_optimizer  # pylint: disable=unused-import

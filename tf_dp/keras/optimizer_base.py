@@ -7,7 +7,7 @@ import warnings
 
 import tensorflow as tf
 
-from tf_dp.keras import config as config_lib
+from tf_dp.core import config as config_lib
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state

@@ -1,4 +1,9 @@
-"""Validated configuration of a DP optimizer (shared by every Keras flavour)."""
+"""The validated configuration of the DP step, shared by every front end.
+
+``DPConfig`` says what the step does (clip, noise multiplier, lots,
+sampling, what the ledger records); the Keras ``DPOptimizer`` and the
+Estimator optimizers build one and validate their arguments through it.
+"""
 
 import dataclasses
 import math
@@ -22,7 +27,13 @@ POPULATION_SIZE_REQUIRED = (
 
 @dataclasses.dataclass
 class DPConfig:
-  """What DP-SGD does; see ``tf_dp.keras.DPOptimizer`` for the arguments."""
+  """What DP-SGD does; see ``tf_dp.DPOptimizer`` for the arguments.
+
+  Privacy contract: a configuration only describes the step (what is
+  clipped, the noise, the lots, what the ledger records); it is validated
+  here, and an invalid value raises, naming the argument and the fix,
+  before any DP state exists.
+  """
   l2_norm_clip: Optional[float]
   noise_multiplier: Optional[float]
   num_microbatches: Optional[int] = None

@@ -1,0 +1,51 @@
+"""The validated configuration of the DP step (tf_dp.core.config)."""
+
+import pytest
+
+import tf_dp
+from tf_dp.core import config as config_lib
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(l2_norm_clip=0.0), "l2_norm_clip"),
+    (dict(l2_norm_clip=float("inf")), "l2_norm_clip"),
+    (dict(noise_multiplier=-1.0), "noise_multiplier"),
+    (dict(num_microbatches=0), "num_microbatches"),
+    (dict(gradient_accumulation_steps=True), "gradient_accumulation_steps"),
+    (dict(sampling="without_replacement"), "sampling"),
+    (dict(sampling="poisson"), "sampling_probability"),
+    (dict(sampling="poisson", sampling_probability=0.1, num_microbatches=2),
+     "num_microbatches"),
+    (dict(population_size=0), "population_size"),
+    (dict(per_example_method="jacobian"), "per_example_method"),
+    (dict(secure_mode=1), "secure_mode"),
+])
+def test_invalid_arguments_are_refused_by_name(kwargs, argument):
+  arguments = dict(l2_norm_clip=1.0, noise_multiplier=1.0,
+                   population_size=100)
+  arguments.update(kwargs)
+  with pytest.raises(ValueError, match=argument):
+    config_lib.DPConfig(**arguments)
+
+
+def test_population_size_is_required_unless_fit_can_infer_it():
+  with pytest.raises(ValueError, match="population_size is required"):
+    config_lib.DPConfig(1.0, 1.0, sampling="fixed_size")
+  cfg = config_lib.DPConfig(1.0, 1.0)  # shuffled: inferred from fit
+  assert cfg.population_size is None and cfg.population_size_deferred()
+
+
+def test_a_ledger_sets_n_and_sampling():
+  ledger = tf_dp.PrivacyLedger(500, 0.02, sampling="poisson")
+  cfg = config_lib.DPConfig(1.0, 1.0, ledger=ledger)
+  assert (cfg.population_size, cfg.sampling) == (500, "poisson")
+  assert cfg.sampling_probability == pytest.approx(0.02)
+
+
+def test_a_custom_query_is_not_serialised():
+  cfg = config_lib.DPConfig(None, None, population_size=10,
+                            dp_query=tf_dp.GaussianSumQuery(1.0, 1.0))
+  with pytest.raises(ValueError, match="custom dp_query"):
+    cfg.to_dict()
+  assert config_lib.DPConfig(1.0, 1.0, population_size=10).to_dict()[
+      "population_size"] == 10
