@@ -10,7 +10,7 @@ import warnings
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
-from tf_dp.keras import dp_engine as dp_engine_lib
+from tf_dp.core import lot_engine
 
 
 class _Callback:
@@ -69,7 +69,7 @@ class LotBoundaryGuard(_Callback):
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is None:
       return
-    engine.allowed_lots.assign(dp_engine_lib.UNLIMITED_LOTS)
+    engine.allowed_lots.assign(lot_engine.UNLIMITED_LOTS)
     k = engine.config.gradient_accumulation_steps
     steps = self.params.get("steps")
     if self._lots_span_epochs(engine) and steps and steps % k:

@@ -4,6 +4,7 @@
 
 import tensorflow as tf
 
+from tf_dp.core import vectorized
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 
@@ -61,7 +62,7 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
         reg = model_checks.weight_regularization_loss(model, flavor)
       extra = None if reg is None else tape.gradient(reg, variables)
     if extra is not None:
-      extra = per_example.gradients_or_zeros(extra, variables)
+      extra = vectorized.gradients_or_zeros(extra, variables)
       mean_grads = [g + r for g, r in zip(mean_grads, extra)]
     optimizer.apply_private_gradients(mean_grads, variables)
 

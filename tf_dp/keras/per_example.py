@@ -15,17 +15,8 @@ composite type, so the model computes it from that example alone.
 from absl import logging
 import tensorflow as tf
 
+from tf_dp.core.vectorized import gradients_or_zeros
 from tf_dp.keras import model_checks
-
-
-def gradients_or_zeros(grads, variables):
-  """Dense gradients, with zeros where a variable does not affect the loss.
-
-  (``unconnected_gradients=ZERO`` fails on Keras 3 variables, whose dtype is
-  a string.)
-  """
-  return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if g is None
-          else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
 
 
 def is_masked_rnn(layer, mask=None):

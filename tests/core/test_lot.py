@@ -1,0 +1,107 @@
+"""Releasing one lot (tf_dp.core.lot): noise once, one ledger sample, the
+denominator, the gradient query and the ledger a configuration implies."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp.core import config as config_lib
+from tf_dp.core import lot
+
+
+def _config(**kwargs):
+  kwargs.setdefault("population_size", 200)
+  kwargs.setdefault("sampling", "fixed_size")
+  return config_lib.DPConfig(l2_norm_clip=1.0, noise_multiplier=1.0,
+                             **kwargs)
+
+
+def _ledger_row(ledger):
+  # pylint: disable-next=protected-access
+  return ledger._samples.numpy()[int(ledger.sample_count) - 1]
+
+
+def test_release_noises_once_records_once_and_advances_the_state():
+  query = tf_dp.GaussianSumQuery(1.0, 2.0, noise_seed=3)
+  cfg = _config()
+  ledger = lot.new_ledger(cfg)
+  global_state = lot.global_state_variables(query)
+  lot_sum = [tf.constant([1.0, 2.0]), tf.constant([[3.0]])]
+  result, denominator, updates = lot.release(
+      query, lot_sum, global_state, ledger, cfg, tf.constant(4.0),
+      tf.constant(4.0))
+  mean = lot.mean(result, denominator, updates)
+  expected, new_state, _ = query.get_noised_result(
+      lot_sum, query.initial_global_state())
+  for m, e in zip(mean, expected):
+    np.testing.assert_array_equal(m.numpy(), e.numpy() / 4.0)
+  assert int(ledger.sample_count) == 1
+  for variable, value in zip(tf.nest.flatten(global_state),
+                             tf.nest.flatten(new_state)):
+    np.testing.assert_array_equal(variable.numpy(), value.numpy())
+  # Released again from the advanced state: new noise, not the same draw.
+  again, _, _ = lot.release(query, lot_sum, global_state, ledger, cfg,
+                            tf.constant(4.0), tf.constant(4.0))
+  assert not np.allclose(again[0].numpy(), result[0].numpy())
+  assert int(ledger.sample_count) == 2
+
+
+@pytest.mark.parametrize("sampling", ["fixed_size", "shuffled"])
+def test_fixed_size_denominator_is_the_records_and_q_what_was_drawn(sampling):
+  cfg = _config(sampling=sampling, num_microbatches=3)
+  ledger = lot.new_ledger(cfg)
+  query = tf_dp.GaussianSumQuery(1.0, 0.0)
+  _, denominator, _ = lot.release(
+      query, [tf.ones([2])], lot.global_state_variables(query), ledger, cfg,
+      tf.constant(3.0), tf.constant(12.0))
+  assert float(denominator) == 3.0
+  n, q, _, examples_per_record = _ledger_row(ledger)
+  assert (n, q, examples_per_record) == (200, pytest.approx(12 / 200), 4)
+
+
+def test_poisson_denominator_is_q_times_n_and_q_the_samplers():
+  cfg = _config(sampling="poisson", sampling_probability=0.05)
+  ledger = lot.new_ledger(cfg)
+  query = tf_dp.GaussianSumQuery(1.0, 0.0)
+  _, denominator, _ = lot.release(
+      query, [tf.ones([2])], lot.global_state_variables(query), ledger, cfg,
+      tf.constant(7.0), tf.constant(7.0))
+  assert float(denominator) == pytest.approx(0.05 * 200)
+  n, q, _, examples_per_record = _ledger_row(ledger)
+  assert (n, q, examples_per_record) == (200, pytest.approx(0.05), 1)
+  assert lot.drawn(cfg, 7.0, 7.0) == {}  # the size drawn stays private
+
+
+def test_new_ledger_follows_the_config():
+  ledger = lot.new_ledger(_config(sampling="poisson",
+                                  sampling_probability=0.1, max_lots=7),
+                          name="my_ledger")
+  assert ledger.sampling == "poisson"
+  assert ledger.max_samples == 7
+  assert float(ledger.population_size.numpy()) == 200
+  assert ledger.name == "my_ledger"
+
+
+def test_gradient_query_is_built_from_the_config_or_taken_as_given():
+  templates = [tf.zeros([3]), tf.zeros([2, 2])]
+  built, ledger = lot.gradient_query(_config(clipping="per_layer"),
+                                     templates)
+  assert ledger is None
+  recorder = tf_dp.PrivacyLedger(200, 0.1)
+  _, _, event = built.get_noised_result(
+      built.initial_sample_state(templates), built.initial_global_state())
+  recorder.record_sample(event)
+  groups = recorder.to_dict()["samples"][0]["sum_queries"]
+  clips = [g["l2_norm_clip"] for g in groups]
+  stddevs = [g["noise_stddev"] for g in groups]
+  assert len(groups) == 2  # one group per variable
+  assert tf_dp.effective_noise_multiplier(clips, stddevs) == pytest.approx(
+      1.0)
+  given = tf_dp.GaussianSumQuery(2.0, 1.0)
+  own = tf_dp.PrivacyLedger(200, 0.1)
+  query, ledger = lot.gradient_query(
+      config_lib.DPConfig(None, None, population_size=200,
+                          dp_query=tf_dp.QueryWithLedger(given, own)),
+      templates)
+  assert query is given and ledger is own

@@ -1,0 +1,304 @@
+"""The DP step's state between batches, for any front end (Abadi et al.
+2016, Alg. 1).
+
+A front end clips each record of a batch and sums the batch (per part of
+the query: the gradients, and whatever else it noises with them); then
+``LotEngine.add_batch`` does the rest:
+
+* under a ``tf.distribute`` strategy, one ``merge_call`` adds up the
+  replicas' clipped sums, so the rest runs once per global batch;
+* the budget guard: nothing is added once the ledger holds
+  ``allowed_lots`` samples (a ``PrivacyBudget`` lowers it);
+* the batch joins the open lot; on the lot's last batch
+  (``gradient_accumulation_steps``), the lot is released once
+  (``tf_dp.core.lot.release``: noise once, one ledger sample, the
+  denominator) and the front end's ``apply_fn`` applies the mean gradient.
+
+State lives in ``tf.Variable``s, so the step runs eagerly, in a
+``tf.function`` and in ``model.fit`` graphs: the query's global state, the
+budget and the ledger are tracked (checkpointed with their owner); the open
+lot is not. The noise key is no part of any of them: it lives in the
+process only (``tf_dp.dp_query.noise``).
+"""
+
+import tensorflow as tf
+
+from tf_dp.core import config as config_lib
+from tf_dp.core import lot as lot_lib
+from tf_dp.dp_query.nested_query import NestedQuery
+
+# No limit on the number of lots (until a PrivacyBudget sets one).
+UNLIMITED_LOTS = 2 ** 62
+
+# The part of the query whose noised sum is the gradient.
+GRADIENTS = "grads"
+
+
+class _OpenLot:
+  """The lot being accumulated (a plain object: not tracked, not saved)."""
+
+  def __init__(self, state, records, examples, batches):
+    self.state = state
+    self.records = records
+    self.examples = examples
+    self.batches = batches
+
+
+class LotEngine(tf.Module):
+  """Lots, noise once per lot, the ledger and the budget for one optimizer.
+
+  Privacy contract: the clipped sums given to ``add_batch`` are added to
+  the open lot only while the ledger holds fewer than ``allowed_lots``
+  samples; a full lot (``config.gradient_accumulation_steps`` batches, over
+  every replica) is noised exactly once by the query and recorded as
+  exactly one ledger sample (``tf_dp.core.lot.release``); its sum is
+  divided by its number of records (fixed-size, shuffled) or by ``q * n``
+  (Poisson). The open lot, an un-noised function of the data, is never
+  tracked, so no checkpoint or saved model holds it.
+
+  Args:
+    config: A ``tf_dp.core.config.DPConfig``.
+    name: The module's name.
+
+  Example:
+    >>> engine = LotEngine(config)
+    >>> engine.build_query({GRADIENTS: query}, {GRADIENTS: templates})
+    >>> params = engine.sample_params()[GRADIENTS]
+    >>> engine.add_batch({GRADIENTS: clipped_sum}, records, examples,
+    ...                  apply_fn=lambda mean: ...)
+  """
+
+  def __init__(self, config, name="tf_dp_engine"):
+    super().__init__(name=name)
+    self.config = config
+    # Without population_size (inferred later from fit's arrays) the ledger
+    # starts with n = 1; no batch is added before n is known.
+    self.ledger = config.ledger or lot_lib.new_ledger(config)
+    self._query = None
+    self._built = False
+    # Lots that may be released in total (ledger samples); a PrivacyBudget
+    # lowers it so that a step that would cross the budget never runs,
+    # whatever steps_per_execution is.
+    self.allowed_lots = tf.Variable(UNLIMITED_LOTS, dtype=tf.int64,
+                                    trainable=False, name="allowed_lots")
+
+  @property
+  def query(self):
+    """The ``NestedQuery`` of the parts (None until built)."""
+    return self._query
+
+  @property
+  def built(self):
+    return self._built
+
+  def build_query(self, parts, templates):
+    """Creates the lots' query and its state variables, once.
+
+    One sample, several sum queries (McMahan & Andrew 2018, Sec. 3): the
+    query is a ``NestedQuery`` of ``parts``, noised once per lot and
+    recorded as one ledger sample.
+
+    Args:
+      parts: ``{name: DPQuery}`` with a ``GRADIENTS`` part (the noised sum
+        of the gradients) and any others noised with it.
+      templates: ``{name: template}``: what each part's records look like
+        (``initial_sample_state``'s argument; None where a part needs none).
+
+    Raises:
+      ValueError: without a ``GRADIENTS`` part.
+    """
+    if self._built:
+      return
+    if GRADIENTS not in parts:
+      raise ValueError(f"The query needs a {GRADIENTS!r} part (the "
+                       f"gradients); got parts {sorted(parts)}.")
+    self._query = NestedQuery(parts)
+    self.global_state = lot_lib.global_state_variables(self._query)
+    self._templates = templates
+    # The open lot is an un-noised function of the data: it is kept out of
+    # checkpoints and saved models (an untracked holder), so a restore starts
+    # a fresh lot and nothing un-noised is ever written to disk.
+    self._open_lot = _OpenLot(
+        lot_lib.variables_like(self._empty_lot(), "dp_lot_state"),
+        tf.Variable(0.0, trainable=False, name="lot_records"),
+        tf.Variable(0.0, trainable=False, name="lot_examples"),
+        tf.Variable(0, trainable=False, name="batches_in_lot"))
+    self._built = True
+
+  def part_query(self, part):
+    """The ``DPQuery`` of one part (e.g. ``GRADIENTS``)."""
+    return self._query.queries[part]
+
+  @property
+  def gradient_query(self):
+    """The query that clips and noises the gradients."""
+    return self.part_query(GRADIENTS)
+
+  def sample_params(self):
+    """Every part's sample parameters, from the current global state."""
+    return self._query.derive_sample_params(lot_lib.read(self.global_state))
+
+  @property
+  def lot_state(self):
+    return self._open_lot.state
+
+  @property
+  def lot_records(self):
+    return self._open_lot.records
+
+  @property
+  def lot_examples(self):
+    return self._open_lot.examples
+
+  @property
+  def batches_in_lot(self):
+    return self._open_lot.batches
+
+  def _empty_lot(self):
+    return self._query.initial_sample_state(self._templates)
+
+  def require_population_size(self):
+    """Raises unless n, which every ledger sample records, is known.
+
+    Raises:
+      ValueError: if ``population_size`` is still unknown (it was to be
+        inferred from ``fit``'s arrays, and is not).
+    """
+    if self.config.population_size is None:
+      raise ValueError("population_size is unknown. " +
+                       config_lib.POPULATION_SIZE_REQUIRED)
+
+  def microbatches_per_replica(self):
+    """Microbatches of this replica's batch, or None (per-example records).
+
+    ``num_microbatches`` counts microbatches of the global batch: under a
+    strategy with R replicas each replica splits its part into
+    ``num_microbatches / R`` records.
+
+    Raises:
+      ValueError: if ``num_microbatches`` is not a multiple of R.
+    """
+    total = self.config.num_microbatches
+    if total is None:
+      return None
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if total % replicas:
+      raise ValueError(
+          f"num_microbatches={total} counts microbatches of the global batch "
+          f"and must be a multiple of the {replicas} replicas of the "
+          f"tf.distribute strategy (each replica splits its part of the "
+          f"batch into num_microbatches / replicas records). Use a multiple "
+          f"of {replicas}.")
+    return total // replicas
+
+  def add_batch(self, batch_sum, records, examples, apply_fn):
+    """Adds a batch's clipped sum to the lot; on the lot's last batch,
+    releases the lot and applies its mean.
+
+    Under a ``tf.distribute`` strategy (any, even with one replica: its
+    variables, the ledger's included, may only be updated in cross-replica
+    context), one ``merge_call`` sums the replicas' clipped sums and runs
+    the rest once: noise once per global lot, one ledger sample per lot.
+
+    Args:
+      batch_sum: ``{part: summed preprocessed records}`` of this replica's
+        batch (``clipped_sum`` of each part's query).
+      records: This replica's number of records (float32).
+      examples: This replica's number of examples present (float32).
+      apply_fn: ``apply_fn(mean_gradients)`` applies the lot's private mean
+        gradient (a flat list); called in replica context.
+
+    Returns:
+      An op that is done when the batch is in the lot (and the lot released
+      and applied if it was the last batch).
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or not tf.distribute.has_strategy():
+      return self._add_to_lot(batch_sum, records, examples, apply_fn)
+
+    def merge(strategy, batch_sum, records, examples):
+      total = lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v,
+                                        axis=None)
+      # Optimizers apply in replica context (as Keras's own
+      # LossScaleOptimizer does): every replica applies the same mean,
+      # copied onto its device (an all-reduce needs placed values).
+      on_replica = lambda mean: apply_fn([tf.identity(g) for g in mean])
+      apply_in_replicas = lambda mean: strategy.extended.call_for_each_replica(
+          on_replica, args=(mean,))
+      return self._add_to_lot(tf.nest.map_structure(total, batch_sum),
+                              total(records), total(examples),
+                              apply_in_replicas)
+
+    return context.merge_call(merge, args=(batch_sum, records, examples))
+
+  def _add_to_lot(self, batch_sum, records, examples, apply_fn):
+    """Adds a (global) batch sum to the lot unless the budget is spent."""
+    within_budget = tf.cast(self.ledger.sample_count,
+                            tf.int64) < self.allowed_lots
+    return tf.cond(
+        within_budget,
+        lambda: self._add_to_lot_within_budget(batch_sum, records, examples,
+                                               apply_fn),
+        tf.no_op)
+
+  def _add_to_lot_within_budget(self, batch_sum, records, examples,
+                                apply_fn):
+    """Adds a (global) batch sum to the lot; finishes the lot when full."""
+    k = self.config.gradient_accumulation_steps
+    if k == 1:
+      lot = self._query.accumulate_preprocessed_record(self._empty_lot(),
+                                                       batch_sum)
+      apply_fn(self.finish_lot(lot, records, examples))
+      return tf.no_op()
+    lot = self._query.accumulate_preprocessed_record(
+        lot_lib.read(self.lot_state), batch_sum)
+    records = self.lot_records + records
+    examples = self.lot_examples + examples
+
+    def finish():
+      apply_fn(self.finish_lot(lot, records, examples))
+      return tf.group(lot_lib.assign(self.lot_state, self._empty_lot()),
+                      self.lot_records.assign(0.0),
+                      self.lot_examples.assign(0.0),
+                      self.batches_in_lot.assign(0))
+
+    def keep():
+      return tf.group(lot_lib.assign(self.lot_state, lot),
+                      self.lot_records.assign(records),
+                      self.lot_examples.assign(examples),
+                      self.batches_in_lot.assign_add(1))
+
+    return tf.cond(self.batches_in_lot >= k - 1, finish, keep)
+
+  def finish_lot(self, lot, records, examples):
+    """Releases a full lot (``tf_dp.core.lot.release``) and returns its
+    mean gradient (a flat list), read after the ledger sample and every
+    state update."""
+    result, denominator, updates = lot_lib.release(
+        self._query, lot, self.global_state, self.ledger, self.config,
+        records, examples)
+    updates += self.use_released_parts(result, denominator)
+    return lot_lib.mean(result[GRADIENTS], denominator, updates)
+
+  def use_released_parts(self, result, denominator):
+    """The ops that use a released lot's parts other than the gradients
+    (``{part: noised sum}``; ``denominator`` as for the gradients). A front
+    end that adds parts overrides it; by default there are none."""
+    del result, denominator
+    return []
+
+  def discard_lot(self):
+    """Drops a partly accumulated lot without releasing anything (eager).
+
+    Returns:
+      The number of batches that were in the lot.
+    """
+    if not self._built:
+      return 0
+    pending = int(self.batches_in_lot.numpy())
+    if pending:
+      lot_lib.assign(self.lot_state, self._empty_lot())
+      self.lot_records.assign(0.0)
+      self.lot_examples.assign(0.0)
+      self.batches_in_lot.assign(0)
+    return pending
