@@ -119,3 +119,65 @@ def test_estimator_trains_and_writes_the_ledger(tmp_path, opt_cls):
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
       n, batch, 1.0, steps * batch / n, 1e-5, sampling="without_replacement")
   assert eps == pytest.approx(expected, rel=1e-4)
+
+
+def _estimator_mean(x, kernel, bias, query, **dp_kwargs):
+  """The Estimator optimizer's private mean gradient of the per-example
+  loss ``x @ kernel + bias`` (a v1 Session)."""
+  with tf.Graph().as_default():
+    k = tf.Variable(kernel)
+    b = tf.Variable(bias)
+    loss = tf.reshape(tf.matmul(tf.constant(x), k) + b, [-1])
+    opt = dp_estimator.DPGradientDescentOptimizer(
+        None, None, 40, learning_rate=1.0, dp_query=query, **dp_kwargs)
+    grads = [g for g, _ in opt.compute_gradients(loss, var_list=[k, b])]
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      return sess.run(grads)
+
+
+def _keras_mean(K, x, kernel, bias, query, per_example_method, **dp_kwargs):
+  """The Keras engine's private mean gradient of the same loss (eager)."""
+  from tf_dp.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import dp_engine  # pylint: disable=g-import-not-at-top
+  model = K.Sequential([K.layers.Input((x.shape[1],)), K.layers.Dense(1)])
+  model.layers[-1].set_weights([kernel, bias])
+  engine = dp_engine.DPEngine(config_lib.DPConfig(
+      None, None, dp_query=query, population_size=40,
+      per_example_method=per_example_method, **dp_kwargs))
+  engine.build(model.trainable_variables, model)
+  applied = []
+  engine.step(model, lambda y, y_pred, w: tf.reshape(y_pred, [-1]),
+              tf.constant(x), tf.zeros([len(x)]), None,
+              lambda mean: applied.append([m.numpy() for m in mean]))
+  return applied[0]
+
+
+@pytest.mark.parametrize("per_example_method", ["vectorized", "fast"])
+@pytest.mark.parametrize("dp_kwargs", [
+    dict(sampling="fixed_size"),
+    dict(sampling="shuffled", num_microbatches=3),
+    dict(sampling="poisson", sampling_probability=0.2)],
+                         ids=["fixed_size", "microbatches", "poisson"])
+def test_estimator_and_keras_release_the_same_mean_gradient(
+    per_example_method, dp_kwargs):
+  """Same per-record gradients, same seeded query: the Estimator optimizer
+  and the Keras engine share the clipping, the noise and the denominator,
+  so they release the same mean gradient."""
+  from tests.keras import helpers  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  x = (3 * rng.normal(size=(6, 4))).astype(np.float32)
+  kernel = rng.normal(size=(4, 1)).astype(np.float32)
+  bias = np.array([0.5], np.float32)
+  query = lambda: tf_dp.GaussianSumQuery(1.0, 0.7, noise_seed=21)
+  expected = _estimator_mean(x, kernel, bias, query(), **dp_kwargs)
+  # The per-record gradient of x_i @ kernel + bias is (x_i, 1): huge next
+  # to the clip, so every record is clipped, and noise is added.
+  assert np.linalg.norm(expected[0]) > 0
+  for param in helpers.keras_modules():
+    got = _keras_mean(param.values[0], x, kernel, bias, query(),
+                      per_example_method, **dp_kwargs)
+    # Each front end differentiates its own graph (tf.gradients in a v1
+    # Session, a tape in Keras): float32 rounding of the records' means.
+    for g, e in zip(got, expected):
+      np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)

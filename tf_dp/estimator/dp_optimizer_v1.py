@@ -17,6 +17,13 @@ which costs O(batch^2) (the jacobian). It is the
 path for existing Estimator pipelines; Keras training with
 ``tf_dp.keras.make_private`` is O(batch).
 
+The DP step itself is the framework-neutral one of ``tf_dp.core``, shared
+with Keras: the configuration (``DPConfig``), the clipped sum
+(``tf_dp.core.vectorized.clipped_sum``) and the release of the lot (noise
+once, one ledger sample, the denominator: ``tf_dp.core.lot.release``).
+What is compat.v1-specific stays here: per-record gradients by
+``tf.gradients``, the optimizer classes, and DP state kept per graph.
+
 After training, ``tf_dp.estimator.ledger_from_checkpoint(model_dir)`` reads
 the ledger, which lives in named variables saved in the checkpoint.
 """
@@ -24,8 +31,8 @@ the ledger, which lives in named variables saved in the checkpoint.
 import tensorflow as tf
 
 from tf_dp.core import config as config_lib
-from tf_dp.dp_query import allocation
-from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.core import lot as lot_lib
+from tf_dp.core import vectorized
 from tf_dp.privacy_ledger import QueryWithLedger
 
 LEDGER_NAME = "tf_dp_privacy_ledger"
@@ -39,8 +46,9 @@ class _DPMixin:
   Privacy contract: as ``tf_dp.DPOptimizer`` with one batch per lot: each
   record's gradient (one example, or the mean over a microbatch) is clipped
   to ``l2_norm_clip``; N(0, (noise_multiplier * l2_norm_clip)^2) is added once
-  to the sum; the sum is divided by the number of records; one ledger sample
-  is written per ``compute_gradients`` call.
+  to the sum; the sum is divided by the number of records (fixed-size and
+  shuffled batches) or by ``sampling_probability * population_size``
+  (Poisson); one ledger sample is written per ``compute_gradients`` call.
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,
@@ -67,24 +75,36 @@ class _DPMixin:
     return self._dp_config
 
   def _state_for_graph(self, var_list):
+    """The query, ledger, global state variables and gradient templates of
+    the default graph (created there once: an Estimator builds a new graph
+    for every ``train`` call, and the checkpoint carries the state over)."""
     graph = _v1.get_default_graph()
     if graph not in self._graph_state:
       cfg = self._dp_config
       templates = [tf.zeros(v.shape, v.dtype.base_dtype) for v in var_list]
-      query = cfg.dp_query or allocation.build_query(
-          templates, cfg.l2_norm_clip, cfg.noise_multiplier,
-          secure_mode=cfg.secure_mode)
-      ledger = PrivacyLedger(
-          cfg.population_size,
-          cfg.sampling_probability or 1.0 / cfg.population_size,
-          sampling=cfg.sampling, max_samples=cfg.max_lots, name=LEDGER_NAME)
-      global_state = tf.nest.map_structure(
-          lambda t: tf.Variable(t, trainable=False, name="dp_global_state"),
-          query.initial_global_state())
+      query, _ = lot_lib.gradient_query(cfg, templates)
+      ledger = lot_lib.new_ledger(cfg, name=LEDGER_NAME)
+      global_state = lot_lib.global_state_variables(query)
       self._graph_state[graph] = (query, ledger, global_state, templates)
     return self._graph_state[graph]
 
   def compute_gradients(self, loss, var_list=None, **kwargs):
+    """The private mean gradient of ``loss``, one lot per call.
+
+    Privacy contract: see the class docstring; the records' gradients are
+    clipped by ``tf_dp.core.vectorized.clipped_sum`` and the lot released
+    by ``tf_dp.core.lot.release`` (noise once, one ledger sample).
+
+    Args:
+      loss: The ``[batch]`` per-example loss tensor.
+      var_list: The variables (default: the trainable variables).
+
+    Returns:
+      A list of ``(mean_gradient, variable)`` pairs.
+
+    Raises:
+      ValueError: if ``loss`` is a callable or not of shape ``[batch]``.
+    """
     del kwargs
     if callable(loss):
       raise ValueError("tf_dp v1 optimizers need the per-example loss "
@@ -106,37 +126,19 @@ class _DPMixin:
     records = tf.shape(record_losses)[0]
 
     def record_gradients(i):
-      grads = tf.gradients(tf.gather(record_losses, i), var_list)
-      return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-              for g, v in zip(grads, var_list)]
+      return vectorized.gradients_or_zeros(
+          tf.gradients(tf.gather(record_losses, i), var_list), var_list)
 
     grads = tf.vectorized_map(record_gradients, tf.range(records),
                               fallback_to_while_loop=True)
-    state = tf.nest.map_structure(lambda v: v.read_value(), global_state)
-    params = query.derive_sample_params(state)
-    clipped = tf.vectorized_map(lambda g: query.preprocess_record(params, g),
-                                grads, fallback_to_while_loop=True)
-    batch_sum = tf.nest.map_structure(lambda t: tf.reduce_sum(t, 0), clipped)
-    sample = query.accumulate_preprocessed_record(
-        query.initial_sample_state(templates), batch_sum)
-    result, new_state, event = query.get_noised_result(sample, state)
-    # One ledger sample per call: what was drawn (a fixed-size sample
-    # records q = batch / n) and how many examples form a record.
-    examples = tf.shape(loss)[0]
-    written = ledger.record_sample(
-        event, sample_size=examples,
-        examples_per_record=examples // records)
-    with tf.control_dependencies([written]):
-      assigns = [v.assign(x) for v, x in zip(tf.nest.flatten(global_state),
-                                             tf.nest.flatten(new_state))]
-    if cfg.sampling == "poisson":
-      denominator = tf.constant(cfg.sampling_probability
-                                * cfg.population_size, tf.float32)
-    else:
-      denominator = tf.cast(records, tf.float32)
-    with tf.control_dependencies(assigns):
-      mean = [tf.identity(r) / denominator for r in tf.nest.flatten(result)]
-    return list(zip(mean, var_list))
+    params = query.derive_sample_params(lot_lib.read(global_state))
+    lot = query.accumulate_preprocessed_record(
+        query.initial_sample_state(templates),
+        vectorized.clipped_sum(query, params, grads))
+    result, denominator, updates = lot_lib.release(
+        query, lot, global_state, ledger, cfg, tf.cast(records, tf.float32),
+        tf.cast(tf.shape(loss)[0], tf.float32))
+    return list(zip(lot_lib.mean(result, denominator, updates), var_list))
 
 
 class DPGradientDescentOptimizer(_DPMixin,
