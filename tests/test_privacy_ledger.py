@@ -93,21 +93,21 @@ def test_sample_size_changes_are_recorded():
   query = QueryWithLedger(GaussianSumQuery(1.0, 1.0), ledger)
   state = query.initial_global_state()
   _, state, _ = run_query(query, [tf.zeros([2])], state)
-  ledger.set_sample_size(selection_probability=0.2)
+  ledger.set_sample_size(sampling_probability=0.2)
   run_query(query, [tf.zeros([2])], state)
   samples = ledger.to_dict()["samples"]
-  assert [s["selection_probability"] for s in samples] == pytest.approx(
+  assert [s["sampling_probability"] for s in samples] == pytest.approx(
       [0.1, 0.2])
   assert {s["sampling"] for s in samples} == {"fixed_size"}
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(population_size=0, selection_probability=0.1), "population_size"),
-    (dict(population_size=10, selection_probability=1.5),
-     "selection_probability"),
-    (dict(population_size=10, selection_probability=0.1, sampling="shuffle"),
+    (dict(population_size=0, sampling_probability=0.1), "population_size"),
+    (dict(population_size=10, sampling_probability=1.5),
+     "sampling_probability"),
+    (dict(population_size=10, sampling_probability=0.1, sampling="shuffle"),
      "sampling"),
-    (dict(population_size=10, selection_probability=0.1,
+    (dict(population_size=10, sampling_probability=0.1,
           examples_per_record=0), "examples_per_record"),
 ])
 def test_invalid_arguments(kwargs, match):

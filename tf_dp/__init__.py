@@ -10,9 +10,12 @@ Three layers, three sub-packages (McMahan & Andrew 2018):
   * ``tf_dp.dp_query`` and ``tf_dp.privacy_ledger``: privacy mechanisms and
     the ledger of what they did;
   * ``tf_dp.keras`` and ``tf_dp.estimator``: training glue.
+Paper reproductions (DP dropout, DP-PCA, audits) are in
+``tf_dp.reproductions``.
 """
 
 import importlib
+import warnings
 
 __version__ = "0.1.0"
 
@@ -22,8 +25,7 @@ _LAZY_NAMES = {
     "compat": "tf_dp.compat",
     "keras": "tf_dp.keras",
     "data": "tf_dp.data",
-    "dp_pca": "tf_dp.dp_pca",
-    "dp_principal_directions": "tf_dp.dp_pca",
+    "reproductions": "tf_dp.reproductions",
     "PrivacyBudget": "tf_dp.keras.callbacks",
     "DPOptimizer": "tf_dp.keras.optimizer",
     "make_private": "tf_dp.keras.private_model",
@@ -44,7 +46,7 @@ _LAZY_NAMES = {
     "SumQueryEvent": "tf_dp.dp_query",
     "NoOpEvent": "tf_dp.dp_query",
     "build_query": "tf_dp.dp_query",
-    "effective_noise_multiplier": "tf_dp.dp_query",
+    "effective_noise_multiplier": "tf_dp.analysis",
     "dp_query": "tf_dp.dp_query",
     "PrivacyLedger": "tf_dp.privacy_ledger",
     "QueryWithLedger": "tf_dp.privacy_ledger",
@@ -52,7 +54,28 @@ _LAZY_NAMES = {
 }
 
 
+# Old names, kept for one release: old name -> (module, new name).
+_MOVED_NAMES = {
+    "dp_pca": ("tf_dp.reproductions.dp_pca", None),
+    "dp_principal_directions": ("tf_dp.reproductions.dp_pca",
+                                "dp_principal_directions"),
+}
+
+
+def _moved(name):
+  """A moved name's value; warns (DeprecationWarning) on every use."""
+  module_name, new_name = _MOVED_NAMES[name]
+  new = module_name if new_name is None else f"{module_name}.{new_name}"
+  warnings.warn(f"The name 'tf_dp.{name}' is deprecated and will be removed "
+                f"in the next release of tf_dp; use {new!r} instead.",
+                DeprecationWarning, stacklevel=3)
+  module = importlib.import_module(module_name)
+  return module if new_name is None else getattr(module, new_name)
+
+
 def __getattr__(name):
+  if name in _MOVED_NAMES:
+    return _moved(name)
   module_name = _LAZY_NAMES.get(name)
   if module_name is None:
     raise AttributeError(f"module 'tf_dp' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The privacy ledger: what every mechanism did, in ``tf.Variable`` buffers.
 
 McMahan & Andrew (2018), Sec. 5: the ledger keeps **sampling events** (how a
-sample of records was drawn: population size, selection probability, Poisson
+sample of records was drawn: population size, sampling probability, Poisson
 or fixed-size sampling, examples per record) and, for each sample, its
 **sum-query events** (L2 clip, noise stddev). The accountant reads the ledger
 after training (``tf_dp.analysis.compute_rdp_from_ledger``), so bugs in the
@@ -13,6 +13,9 @@ Buffers are preallocated (``max_samples`` rows) and written with
 in ``model.fit`` graphs and under ``jit_compile=True``. A sample that would
 not fit is not written, and the ``dropped_samples`` counter records it: the
 accountant then refuses to compute epsilon. Nothing is ever dropped silently.
+
+The row layout, the sampling kinds and the JSON export are defined once, in
+the accountant's pure-Python schema (``tf_dp.analysis.ledger_schema``).
 """
 
 import json
@@ -20,23 +23,58 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 from tf_dp.analysis import ledger_schema
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
 
-# The sampling kinds and the export format are defined once, in the
-# accountant's pure-Python schema.
-SAMPLING_METHODS = ledger_schema.SAMPLING_KINDS
-LEDGER_FORMAT = ledger_schema.FORMAT_V1
+SamplingEvent = ledger_schema.SamplingEvent
+
+# The names of ``export_buffers``'s arrays: the ledger's current sampling
+# parameters, its counters and the rows written.
+BUFFER_KEYS = ("population_size", "sampling_probability",
+               "examples_per_record", "sampling_code", "sample_count",
+               "query_count", "dropped_samples", "samples", "queries")
+
+
+def _check_population_size(value):
+  return checks.check_positive_int("population_size", value,
+                                   " It is the number of records.")
+
+
+def _check_sampling_event(event):
+  """Validates the Python-valued fields of an explicit ``SamplingEvent``
+  (tensor fields are taken as given)."""
+  if not isinstance(event, SamplingEvent):
+    raise TypeError(f"sampling_event must be a "
+                    f"tf_dp.privacy_ledger.SamplingEvent; got {event!r}.")
+  checks.check_choice("sampling_event.sampling", event.sampling,
+                      ledger_schema.SAMPLING_KINDS)
+  if not tf.is_tensor(event.population_size):
+    checks.check_positive_int("sampling_event.population_size",
+                              event.population_size)
+  if not tf.is_tensor(event.sampling_probability):
+    checks.check_probability("sampling_event.sampling_probability",
+                             event.sampling_probability)
+  if not tf.is_tensor(event.examples_per_record):
+    checks.check_positive_int("sampling_event.examples_per_record",
+                              event.examples_per_record)
+  return event
 
 
 class PrivacyLedger(tf.Module):
   """Records sampling and Gaussian sum-query events in TF variables.
 
+  Privacy contract: every ``record_sample`` call writes exactly one sample
+  (its sampling event and every Gaussian sum query of its event) or, when
+  the ledger is full, counts it as dropped; nothing else writes the rows.
+
   Args:
     population_size: Number of records n in the private dataset.
-    selection_probability: Probability q that a record is in a sample
-      (Poisson), or the sample size divided by n (fixed-size).
+    sampling_probability: Probability q that a record is in a sample
+      (Poisson), or the sample size divided by n (fixed-size). The old
+      keyword ``selection_probability`` still works (DeprecationWarning).
     sampling: ``"poisson"`` (each record independently with probability q),
       ``"fixed_size"`` (an independent uniformly random subset of fixed
       size per sample; replace-one neighbours) or ``"shuffled"`` (batches
@@ -53,46 +91,47 @@ class PrivacyLedger(tf.Module):
     >>> ledger = PrivacyLedger(60000, 256 / 60000)
   """
 
-  def __init__(self, population_size, selection_probability,
+  @deprecation.renamed_keywords(selection_probability="sampling_probability")
+  def __init__(self, population_size, sampling_probability,
                sampling="poisson", examples_per_record=1, max_samples=100000,
                max_queries_per_sample=4, name="privacy_ledger"):
     super().__init__(name=name)
-    if not (isinstance(population_size, (int, np.integer))
-            and population_size >= 1):
-      raise ValueError("population_size must be an integer >= 1 (the number "
-                       f"of records); got {population_size!r}.")
-    if not 0 <= float(selection_probability) <= 1:
-      raise ValueError("selection_probability must lie in [0, 1]; got "
-                       f"{selection_probability!r}.")
-    if sampling not in SAMPLING_METHODS:
-      raise ValueError(f"sampling must be one of {SAMPLING_METHODS}; got "
-                       f"{sampling!r}.")
-    if not (isinstance(examples_per_record, (int, np.integer))
-            and examples_per_record >= 1):
-      raise ValueError("examples_per_record must be an integer >= 1; got "
-                       f"{examples_per_record!r}.")
-    if int(max_samples) < 1 or int(max_queries_per_sample) < 1:
-      raise ValueError("max_samples and max_queries_per_sample must be >= 1.")
+    population_size = _check_population_size(population_size)
+    sampling_probability = checks.check_probability("sampling_probability",
+                                                    sampling_probability)
+    checks.check_choice("sampling", sampling, ledger_schema.SAMPLING_KINDS)
+    examples_per_record = checks.check_positive_int("examples_per_record",
+                                                    examples_per_record)
+    self._max_samples = checks.check_positive_int("max_samples", max_samples,
+                                                  integral_float=True)
+    self._max_queries = self._max_samples * checks.check_positive_int(
+        "max_queries_per_sample", max_queries_per_sample,
+        integral_float=True)
     f64 = tf.float64
-    self.population_size = tf.Variable(float(population_size), dtype=f64,
-                                       trainable=False, name=f"{name}/population_size")
-    self.selection_probability = tf.Variable(
-        float(selection_probability), dtype=f64, trainable=False,
+    self.population_size = tf.Variable(
+        float(population_size), dtype=f64, trainable=False,
+        name=f"{name}/population_size")
+    # The variable's name is a checkpoint key (Estimator checkpoints restore
+    # by name): it keeps the spelling that earlier checkpoints hold.
+    self.sampling_probability = tf.Variable(
+        sampling_probability, dtype=f64, trainable=False,
         name=f"{name}/selection_probability")
+    # Object-based checkpoints written before the rename name the same
+    # variable "selection_probability": they restore through this edge.
+    self._track_trackable(self.sampling_probability,
+                          name="selection_probability", overwrite=True)
     self.examples_per_record = tf.Variable(
         float(examples_per_record), dtype=f64, trainable=False,
         name=f"{name}/examples_per_record")
-    self._sampling_code = tf.Variable(float(SAMPLING_METHODS.index(sampling)),
-                                      dtype=f64, trainable=False,
-                                      name=f"{name}/sampling_code")
-    self._max_samples = int(max_samples)
-    self._max_queries = int(max_samples) * int(max_queries_per_sample)
-    # Sample rows: population_size, selection_probability, sampling code,
-    # examples_per_record. Query rows: sample index, l2_norm_clip, stddev.
-    self._samples = tf.Variable(tf.zeros([self._max_samples, 4], f64),
-                                trainable=False, name=f"{name}/samples")
-    self._queries = tf.Variable(tf.zeros([self._max_queries, 3], f64),
-                                trainable=False, name=f"{name}/queries")
+    self._sampling_code = tf.Variable(
+        float(ledger_schema.sampling_code(sampling)), dtype=f64,
+        trainable=False, name=f"{name}/sampling_code")
+    self._samples = tf.Variable(
+        tf.zeros([self._max_samples, len(ledger_schema.SAMPLE_ROW)], f64),
+        trainable=False, name=f"{name}/samples")
+    self._queries = tf.Variable(
+        tf.zeros([self._max_queries, len(ledger_schema.QUERY_ROW)], f64),
+        trainable=False, name=f"{name}/queries")
     self._sample_count = tf.Variable(0, dtype=tf.int32, trainable=False,
                                      name=f"{name}/sample_count")
     self._query_count = tf.Variable(0, dtype=tf.int32, trainable=False,
@@ -101,8 +140,16 @@ class PrivacyLedger(tf.Module):
                                         name=f"{name}/dropped_samples")
 
   @property
+  def selection_probability(self):
+    """Deprecated name of ``sampling_probability`` (the same variable)."""
+    deprecation.warn("PrivacyLedger.selection_probability",
+                     "PrivacyLedger.sampling_probability", "attribute")
+    return self.sampling_probability
+
+  @property
   def sampling(self):
-    return SAMPLING_METHODS[int(self._sampling_code.numpy())]
+    """The sampling kind recorded by default (eager only)."""
+    return ledger_schema.sampling_kind(float(self._sampling_code.numpy()))
 
   @property
   def max_samples(self):
@@ -113,37 +160,60 @@ class PrivacyLedger(tf.Module):
     """Samples recorded so far plus samples dropped (a tensor, int32)."""
     return self._sample_count + self._dropped_samples
 
-  def set_sample_size(self, population_size=None, selection_probability=None):
+  @deprecation.renamed_keywords(selection_probability="sampling_probability")
+  def set_sample_size(self, population_size=None, sampling_probability=None):
     """Changes n (and q) for the samples recorded from now on.
 
     A fixed-size sample's q is its size divided by n, so changing only n
     rescales the q recorded for later fixed-size samples of the same size
     (q * old_n / new_n); Poisson's q is the sampler's probability and stays
-    unless given.
+    unless given. The old keyword ``selection_probability`` still works
+    (DeprecationWarning).
     """
     if population_size is not None:
-      if not (isinstance(population_size, (int, np.integer))
-              and population_size >= 1):
-        raise ValueError("population_size must be an integer >= 1; got "
-                         f"{population_size!r}.")
+      population_size = _check_population_size(population_size)
       old = float(self.population_size.numpy())
-      if selection_probability is None and self.sampling != "poisson":
-        self.selection_probability.assign(
-            min(1.0, float(self.selection_probability.numpy()) * old
+      if sampling_probability is None and self.sampling != "poisson":
+        self.sampling_probability.assign(
+            min(1.0, float(self.sampling_probability.numpy()) * old
                 / population_size))
       self.population_size.assign(float(population_size))
-    if selection_probability is not None:
-      if not 0 <= float(selection_probability) <= 1:
-        raise ValueError("selection_probability must lie in [0, 1]; got "
-                         f"{selection_probability!r}.")
-      self.selection_probability.assign(float(selection_probability))
+    if sampling_probability is not None:
+      self.sampling_probability.assign(checks.check_probability(
+          "sampling_probability", sampling_probability))
 
-  def record_sample(self, sum_query_events, sample_size=None,
-                    examples_per_record=None):
+  def _configured_row(self, sample_size, examples_per_record):
+    """The sample row of the ledger's configured event (graph-safe), with
+    what was drawn: a fixed-size sample of ``sample_size`` examples records
+    ``q = sample_size / n``; Poisson samples record the configured q."""
+    q = self.sampling_probability.read_value()
+    if sample_size is not None:
+      is_poisson = tf.equal(
+          self._sampling_code,
+          float(ledger_schema.sampling_code(ledger_schema.POISSON)))
+      q = tf.where(is_poisson, q, tf.minimum(
+          tf.cast(sample_size, tf.float64) / self.population_size, 1.0))
+    per_record = self.examples_per_record.read_value()
+    if examples_per_record is not None:
+      per_record = tf.cast(examples_per_record, tf.float64)
+    values = {"population_size": self.population_size.read_value(),
+              "sampling_probability": q,
+              "sampling_code": self._sampling_code.read_value(),
+              "examples_per_record": per_record}
+    return tf.stack([values[k] for k in ledger_schema.SAMPLE_ROW])
+
+  def record_sample(self, sum_query_events, sampling_event=None,
+                    sample_size=None, examples_per_record=None):
     """Records one sample and its Gaussian sum queries (graph-safe).
+
+    The sampling event is ``sampling_event`` when given; otherwise the
+    ledger's configured event (its n, q, sampling and examples per record),
+    refined by what was drawn (``sample_size``, ``examples_per_record``).
 
     Args:
       sum_query_events: A nested event from ``get_noised_result``.
+      sampling_event: Optional ``SamplingEvent``: how this sample was drawn
+        (fields may be tensors; ``sampling`` is a Python string).
       sample_size: Optional number of examples actually drawn (a tensor) for
         a fixed-size sample: q is then recorded as ``sample_size / n`` with
         the ledger's current n. Poisson samples record the sampler's q.
@@ -152,7 +222,17 @@ class PrivacyLedger(tf.Module):
     Returns:
       A boolean tensor: True if written, False if the ledger was full (then
       ``dropped_samples`` was incremented and epsilon cannot be computed).
+
+    Raises:
+      TypeError: if ``sampling_event`` is given with ``sample_size`` or
+        ``examples_per_record`` (it already says what was drawn).
     """
+    if sampling_event is not None:
+      if sample_size is not None or examples_per_record is not None:
+        raise TypeError("Give sampling_event alone: it already holds the "
+                        "sample size (as its sampling_probability) and the "
+                        "examples per record.")
+      _check_sampling_event(sampling_event)
     flat = events_lib.flatten_events(sum_query_events)
     num_queries = len(flat)
     sample_index = self._sample_count.read_value()
@@ -163,17 +243,11 @@ class PrivacyLedger(tf.Module):
     # Each branch's result depends on its writes explicitly, so they run in
     # plain v1 graphs too (where no automatic control dependencies exist).
     def write():
-      q = self.selection_probability.read_value()
-      if sample_size is not None:  # Fixed-size: q = drawn / n.
-        is_poisson = tf.equal(self._sampling_code,
-                              float(SAMPLING_METHODS.index("poisson")))
-        q = tf.where(is_poisson, q, tf.minimum(
-            tf.cast(sample_size, tf.float64) / self.population_size, 1.0))
-      per_record = self.examples_per_record.read_value()
-      if examples_per_record is not None:
-        per_record = tf.cast(examples_per_record, tf.float64)
-      row = tf.stack([self.population_size.read_value(), q,
-                      self._sampling_code.read_value(), per_record])
+      if sampling_event is None:
+        row = self._configured_row(sample_size, examples_per_record)
+      else:
+        row = tf.stack([_float64(v) for v in
+                        ledger_schema.sample_row(sampling_event)])
       writes = [_scatter(self._samples, tf.reshape(sample_index, [1, 1]),
                          row[None])]
       if num_queries:
@@ -196,6 +270,61 @@ class PrivacyLedger(tf.Module):
 
     return tf.cond(fits, write, drop)
 
+  def _variables_by_key(self):
+    return {"population_size": self.population_size,
+            "sampling_probability": self.sampling_probability,
+            "examples_per_record": self.examples_per_record,
+            "sampling_code": self._sampling_code,
+            "sample_count": self._sample_count,
+            "query_count": self._query_count,
+            "dropped_samples": self._dropped_samples,
+            "samples": self._samples, "queries": self._queries}
+
+  def export_buffers(self):
+    """The ledger's state as ``{key: numpy array}`` (eager only).
+
+    Keys are ``BUFFER_KEYS``: the configured sampling parameters, the
+    counters, and the sample and query rows written so far (at least one
+    row each: some stores cannot hold an empty array). ``import_buffers``
+    restores it; this is what a saved model or a checkpoint must keep.
+    """
+    out = {}
+    for key, variable in self._variables_by_key().items():
+      out[key] = np.asarray(tf.convert_to_tensor(variable))
+    out["samples"] = out["samples"][:max(int(out["sample_count"]), 1)]
+    out["queries"] = out["queries"][:max(int(out["query_count"]), 1)]
+    return out
+
+  def import_buffers(self, state):
+    """Overwrites the ledger with ``state`` (an ``export_buffers`` dict).
+
+    Raises:
+      ValueError: naming the missing key, or if the state holds more rows
+        than this ledger has room for (rebuild it with a larger
+        ``max_samples`` / ``max_queries_per_sample``).
+    """
+    missing = [k for k in BUFFER_KEYS if k not in state]
+    if missing:
+      raise ValueError(f"state must have the keys {BUFFER_KEYS}; missing "
+                       f"{missing}.")
+    variables = self._variables_by_key()
+    for key, count_key in (("samples", "sample_count"),
+                           ("queries", "query_count")):
+      buffer = variables[key]
+      count = int(state[count_key])
+      if count > buffer.shape[0]:
+        raise ValueError(
+            f"The state holds {count} rows in {key} but this ledger has "
+            f"room for {buffer.shape[0]}. Rebuild the PrivacyLedger with a "
+            f"larger max_samples (or max_queries_per_sample).")
+      full = np.zeros(buffer.shape, np.float64)
+      full[:count] = np.asarray(state[key], np.float64)[:count]
+      buffer.assign(full)
+    for key in BUFFER_KEYS:
+      if key not in ("samples", "queries"):
+        variable = variables[key]
+        variable.assign(tf.cast(state[key], variable.dtype))
+
   def to_dict(self, ledger_format=None):
     """The ledger as plain Python data (eager only); see ``from_dict``.
 
@@ -214,10 +343,9 @@ class PrivacyLedger(tf.Module):
     """The ledger as JSON text, run-length encoded (format 2) by default.
 
     A 10^6-step run with constant hyperparameters is one run (well under
-    1 kB). Pass ``ledger_format="tf_dp.privacy_ledger/1"`` for readers from
-    before format 2 (one entry per sample, ~200 bytes each).
+    1 kB). Pass ``ledger_format="tf_dp.privacy_ledger/1"`` for one entry
+    per sample (~200 bytes each).
     """
-    from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
     return json.dumps(self.to_dict(ledger_format or
                                    ledger_schema.CURRENT_FORMAT))
 
@@ -227,10 +355,11 @@ class PrivacyLedger(tf.Module):
 
     Reads formats 1 and 2, validating every field with
     ``tf_dp.analysis.ledger_schema.decode`` (``ValueError`` names a bad
-    field). The buffers are written in bulk; samples beyond
-    ``max_samples`` (default: all of them) are counted as dropped.
+    field; exports with the old key ``selection_probability`` are read with
+    a DeprecationWarning). The buffers are written in bulk; samples beyond
+    ``max_samples`` (default: all of them) are counted as dropped. The
+    ledger's configured event is that of the last sample.
     """
-    from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
     runs, dropped = ledger_schema.decode(data)
     sample_rows, query_rows = ledger_schema.buffers_from_runs(runs)
     total = len(sample_rows)
@@ -239,22 +368,15 @@ class PrivacyLedger(tf.Module):
     query_rows = query_rows[query_rows[:, 0] < kept]
     per_sample = max([len(r.sample.sum_queries) for r in runs] + [1])
     last = runs[-1].sample if runs else ledger_schema.Sample(
-        1, 0.0, "poisson", 1, ())
-    ledger = cls(last.population_size, last.selection_probability,
-                 "poisson", last.examples_per_record, max_samples=capacity,
-                 max_queries_per_sample=per_sample)
-    # pylint: disable=protected-access
-    ledger._sampling_code.assign(
-        float(ledger_schema.sampling_code(last.sampling)))
-    for buffer, rows in ((ledger._samples, sample_rows[:kept]),
-                         (ledger._queries, query_rows)):
-      full = np.zeros(buffer.shape, dtype=np.float64)
-      full[:len(rows)] = rows
-      buffer.assign(full)
-    ledger._sample_count.assign(kept)
-    ledger._query_count.assign(len(query_rows))
-    ledger._dropped_samples.assign(dropped + total - kept)
-    # pylint: enable=protected-access
+        1, 0.0, ledger_schema.POISSON, 1, ())
+    ledger = cls(last.population_size, last.sampling_probability,
+                 last.sampling, last.examples_per_record,
+                 max_samples=capacity, max_queries_per_sample=per_sample)
+    state = ledger.export_buffers()
+    state.update(samples=sample_rows[:kept], queries=query_rows,
+                 sample_count=kept, query_count=len(query_rows),
+                 dropped_samples=dropped + total - kept)
+    ledger.import_buffers(state)
     return ledger
 
   @classmethod
@@ -265,6 +387,13 @@ class PrivacyLedger(tf.Module):
     except json.JSONDecodeError as e:
       raise ValueError(f"text is not a JSON ledger export: {e}.") from None
     return cls.from_dict(data, max_samples)
+
+
+def _float64(value):
+  """A float64 tensor of ``value`` (a Python number converts exactly)."""
+  if tf.is_tensor(value):
+    return tf.cast(value, tf.float64)
+  return tf.constant(float(value), tf.float64)
 
 
 def _scatter(variable, indices, updates):
@@ -290,7 +419,6 @@ def ledger_dict_from_buffers(samples, queries, n_samples, n_queries,
       entry per sample, for code that indexes ``["samples"]``) or
       ``FORMAT_V2`` (runs of identical consecutive samples with a count).
   """
-  from tf_dp.analysis import ledger_schema  # pylint: disable=g-import-not-at-top
   runs = ledger_schema.runs_from_buffers(samples, queries, n_samples,
                                          n_queries)
   return ledger_schema.encode(runs, dropped_samples,
@@ -301,18 +429,21 @@ class QueryWithLedger(dp_query.DPQuery):
   """Wraps a query so that each noised result records one ledger sample.
 
   Privacy contract: that of the wrapped query; in addition, every call of
-  ``get_noised_result`` writes one sampling event (with the ledger's current
-  n, q, sampling method and examples per record) and every Gaussian sum
-  query of the returned event, after the noise has been added.
+  ``get_noised_result`` writes one sampling event (``sampling_event`` if
+  given, else the ledger's configured n, q, sampling method and examples
+  per record) and every Gaussian sum query of the returned event, after the
+  noise has been added.
   """
 
-  def __init__(self, query, ledger):
+  def __init__(self, query, ledger, sampling_event=None):
     if not isinstance(query, dp_query.DPQuery):
       raise TypeError(f"query must be a DPQuery; got {query!r}.")
     if not isinstance(ledger, PrivacyLedger):
       raise TypeError(f"ledger must be a PrivacyLedger; got {ledger!r}.")
     self._query = query
     self._ledger = ledger
+    self._sampling_event = (None if sampling_event is None
+                            else _check_sampling_event(sampling_event))
 
   @property
   def query(self):
@@ -344,7 +475,7 @@ class QueryWithLedger(dp_query.DPQuery):
   def get_noised_result(self, sample_state, global_state):
     result, new_state, event = self._query.get_noised_result(sample_state,
                                                              global_state)
-    written = self._ledger.record_sample(event)
+    written = self._ledger.record_sample(event, self._sampling_event)
     with tf.control_dependencies([written]):
       result = tf.nest.map_structure(tf.identity, result)
     return result, new_state, event
@@ -360,3 +491,8 @@ class QueryWithLedger(dp_query.DPQuery):
 
   def preprocessed_sum(self, scaled_sum, extra_sum):
     return self._query.preprocessed_sum(scaled_sum, extra_sum)
+
+
+__getattr__ = deprecation.module_getattr(__name__, {
+    "SAMPLING_METHODS": ("tf_dp.analysis.ledger_schema", "SAMPLING_KINDS"),
+    "LEDGER_FORMAT": ("tf_dp.analysis.ledger_schema", "FORMAT_V1")})

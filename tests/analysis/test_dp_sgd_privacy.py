@@ -17,7 +17,7 @@ def test_tf_privacy_readme_number():
 def test_fixed_size_batches_cost_more_than_poisson():
   poisson, _ = analysis.compute_dp_sgd_privacy(60000, 256, 1.1, 10, 1e-5)
   wor, _ = analysis.compute_dp_sgd_privacy(60000, 256, 1.1, 10, 1e-5,
-                                           sampling="without_replacement")
+                                           sampling="fixed_size")
   assert wor > poisson
 
 

@@ -12,7 +12,7 @@ from tf_dp.analysis.ledger import LedgerEvent
 def ledger(runs):
   """A version-2 ledger export of (sampling, q, sigma, count) runs."""
   return {"format": "tf_dp.privacy_ledger/2", "dropped_samples": 0,
-          "runs": [{"population_size": 1000, "selection_probability": q,
+          "runs": [{"population_size": 1000, "sampling_probability": q,
                     "sampling": sampling, "examples_per_record": 1,
                     "sum_queries": [{"l2_norm_clip": 1.0,
                                      "noise_stddev": sigma}],
@@ -33,14 +33,14 @@ def test_ledger_epsilon_matches_run_epsilon_for_both_accountants():
   assert pld < rdp
 
 
-def test_fixed_size_and_shuffled_are_without_replacement():
+def test_fixed_size_and_shuffled_are_accounted_as_fixed_size():
   fixed = analysis.compute_epsilon_from_ledger(
       ledger([("fixed_size", 0.25, 2.0, 12)]), 1e-5)[0]
   with pytest.warns(UserWarning, match="shuffled"):
     shuffled = analysis.compute_epsilon_from_ledger(
         ledger([("shuffled", 0.25, 2.0, 12)]), 1e-5)[0]
   expected, _ = analysis.compute_dp_sgd_privacy(
-      1000, 250, 2.0, 3, 1e-5, sampling="without_replacement")
+      1000, 250, 2.0, 3, 1e-5, sampling="fixed_size")
   assert fixed == shuffled == pytest.approx(expected, rel=1e-9)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tf_dp import analysis
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 
 
 def exact_rdp(q, sigma, alpha, dps=50):
@@ -103,7 +103,7 @@ def test_infinite_noise_releases_nothing():
       analysis.compute_heterogeneous_rdp(
           [(0.01, math.inf, 10), (0.5, math.inf, 1)], orders), 0.0)
   np.testing.assert_array_equal(
-      analysis.compute_rdp_sample_without_replacement(0.01, math.inf, 10,
+      analysis.compute_rdp_fixed_size(0.01, math.inf, 10,
                                                       orders), 0.0)
   assert analysis.compute_dp_sgd_privacy(60000, 256, math.inf, 1,
                                          1e-5)[0] == 0.0
@@ -162,7 +162,7 @@ _BOGUS_LEDGER_JSON = json.dumps({
     (lambda: analysis.compute_rdp(0.01, 1.0, 1, [True]), "orders"),
     (lambda: analysis.compute_rdp(0.01, 0.1, 1, [20000.5]), "orders"),
     (lambda: analysis.compute_rdp(0.01, 1.0, math.inf, [2.0]), "steps"),
-    (lambda: analysis.compute_rdp_sample_without_replacement(
+    (lambda: analysis.compute_rdp_fixed_size(
         0.01, 1.0, 1, [1e6 + 0.5]), "orders"),
     (lambda: analysis.advanced_composition(0.1, math.nan, 10, 1e-5), "delta"),
     (lambda: analysis.gaussian_mechanism_noise_multiplier(math.nan, 1e-5),
@@ -179,11 +179,6 @@ _BOGUS_LEDGER_JSON = json.dumps({
      "rdp"),
     (lambda: analysis.get_privacy_spent([2.0], [1.0], target_delta=1e-5,
                                         conversion=["tight"]), "conversion"),
-    (lambda: analysis.dpd_epsilon(1.0, 1e-4, 0.1, 10, method=["ac"]),
-     "method"),
-    (lambda: analysis.dpd_noise_multiplier(0.0, 1e-4, 0.1, 10), "epsilon"),
-    (lambda: analysis.dpd_dropout_rates(1.0, math.nan, [0.5]),
-     "l2_norm_clip"),
 ])
 def test_value_error_names_the_argument(call, name):
   with pytest.raises(ValueError, match=rf"\b{name}\b"):
@@ -195,14 +190,14 @@ def test_value_error_names_the_argument(call, name):
 
 def test_check_dataset_and_epochs_helpers():
   with pytest.raises(ValueError, match=r"n must be an integer >= 1; got 0"):
-    _validation.check_dataset(0, 256)
+    checks.check_dataset(0, 256)
   with pytest.raises(ValueError, match=r"batch_size must not exceed.*n=10"):
-    _validation.check_dataset(10, 256)
-  assert _validation.check_dataset(60000, 256) == (60000, 256)
+    checks.check_dataset(10, 256)
+  assert checks.check_dataset(60000, 256) == (60000, 256)
   for bad in (math.inf, math.nan, 0.0, -1.0, True):
     with pytest.raises(ValueError, match=r"epochs must be a finite real"):
-      _validation.check_epochs("epochs", bad)
-  assert _validation.check_epochs("epochs", 2.5) == 2.5
+      checks.check_epochs("epochs", bad)
+  assert checks.check_epochs("epochs", 2.5) == 2.5
 
 
 def test_compute_epochs_refuses_empty_dataset():
@@ -221,5 +216,5 @@ def test_zero_steps_cost_nothing_even_at_order_inf():
   np.testing.assert_array_equal(analysis.compute_rdp(0.01, 1.0, 0, orders),
                                 0.0)
   np.testing.assert_array_equal(
-      analysis.compute_rdp_sample_without_replacement(0.01, 1.0, 0, orders),
+      analysis.compute_rdp_fixed_size(0.01, 1.0, 0, orders),
       0.0)

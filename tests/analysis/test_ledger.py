@@ -13,7 +13,7 @@ ORDERS = [float(o) for o in range(2, 65)]
 
 def sample(q=0.01, queries=((1.0, 1.1),), sampling="poisson", n=60000,
            per_record=1):
-  return {"population_size": n, "selection_probability": q,
+  return {"population_size": n, "sampling_probability": q,
           "sampling": sampling, "examples_per_record": per_record,
           "sum_queries": [{"l2_norm_clip": c, "noise_stddev": s}
                           for c, s in queries]}
@@ -37,11 +37,11 @@ def test_homogeneous_ledger_matches_compute_rdp():
                              analysis.compute_rdp(0.01, 1.1, 10, ORDERS))
 
 
-def test_fixed_size_ledger_uses_sampling_without_replacement():
+def test_fixed_size_ledger_uses_fixed_size_rdp():
   data = ledger([sample(sampling="fixed_size")] * 7)
   np.testing.assert_allclose(
       analysis.compute_rdp_from_ledger(data, ORDERS),
-      analysis.compute_rdp_sample_without_replacement(0.01, 1.1, 7, ORDERS))
+      analysis.compute_rdp_fixed_size(0.01, 1.1, 7, ORDERS))
 
 
 def test_zero_noise_is_infinite_and_zero_clip_is_free():
@@ -138,7 +138,7 @@ def test_shuffled_maps_to_dp_accounting_like_fixed_size():
 
 @pytest.mark.parametrize("text,match", [
     ('{"format": "tf_dp.privacy_ledger/1", "dropped_samples": 0, "samples": '
-     '[{"population_size": 100, "selection_probability": 0.1, "sampling": '
+     '[{"population_size": 100, "sampling_probability": 0.1, "sampling": '
      '"bogus", "examples_per_record": 1, "sum_queries": []}]}',
      r"samples\[0\]\.sampling must be one of .*got 'bogus'"),
     ("{not json", r"not valid JSON"),

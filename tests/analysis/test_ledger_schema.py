@@ -10,8 +10,8 @@ from tf_dp.analysis import ledger_schema as schema
 
 
 def entry(q=0.01, queries=((1.0, 1.1),), sampling="poisson", n=60000,
-          per_record=1, **extra):
-  return dict({"population_size": n, "selection_probability": q,
+          per_record=1, q_key="sampling_probability", **extra):
+  return dict({"population_size": n, q_key: q,
                "sampling": sampling, "examples_per_record": per_record,
                "sum_queries": [{"l2_norm_clip": c, "noise_stddev": s}
                                for c, s in queries]}, **extra)
@@ -116,9 +116,18 @@ def test_buffer_runs_match_a_per_sample_reading():
     (entry(n=0), r"samples\[1\]\.population_size must be an integer >= 1"),
     (entry(n=1.5), r"population_size.*got 1\.5"),
     (entry(n=True), r"population_size.*got True"),
-    (entry(q=1.5), r"selection_probability must be a probability in \[0, 1\]"),
-    (entry(q=math.nan), r"selection_probability.*got nan"),
-    (entry(q="0.1"), r"selection_probability.*got '0\.1'"),
+    (entry(q=1.5), r"sampling_probability must be a probability in \[0, 1\]"),
+    (entry(q=math.nan), r"sampling_probability.*got nan"),
+    (entry(q="0.1"), r"sampling_probability.*got '0\.1'"),
+    # An export with the old key: the error names the field as spelled.
+    (entry(q=1.5, q_key="selection_probability"),
+     r"selection_probability must be a probability in \[0, 1\]"),
+    (entry(q=math.nan, q_key="selection_probability"),
+     r"selection_probability.*got nan"),
+    (entry(q="0.1", q_key="selection_probability"),
+     r"selection_probability.*got '0\.1'"),
+    (dict(entry(), selection_probability=0.01),
+     r"both 'sampling_probability' and its old name"),
     (entry(per_record=0), r"examples_per_record must be an integer >= 1"),
     (entry(queries=((1.0, -1.0),)),
      r"samples\[1\]\.sum_queries\[0\]\.noise_stddev.*got -1\.0"),

@@ -118,7 +118,7 @@ def test_published_numbers_and_tighter_than_rdp(sigma, steps):
 def test_gaussian_closed_form(sigma, steps):
   """q = 1: k Gaussian steps are one Gaussian with sigma / sqrt(k)."""
   exact = analytic_gaussian_epsilon(sigma / math.sqrt(steps), DELTA)
-  for sampling, z in (("poisson", sigma), ("without_replacement", 2 * sigma)):
+  for sampling, z in (("poisson", sigma), ("fixed_size", 2 * sigma)):
     eps = ours(1.0, z, steps, sampling)
     assert exact <= eps <= exact * (1 + 1e-3) + 1e-4
 
@@ -134,8 +134,8 @@ def test_gaussian_delta_is_pessimistic_everywhere():
                                            (0.01, 1.0, 1000),
                                            (Q_MNIST, 2.2, 14063)])
 def test_fixed_size_tighter_than_rdp(q, sigma, steps):
-  eps = ours(q, sigma, steps, "without_replacement")
-  assert 0 < eps < rdp_epsilon(q, sigma, steps, "without_replacement")
+  eps = ours(q, sigma, steps, "fixed_size")
+  assert 0 < eps < rdp_epsilon(q, sigma, steps, "fixed_size")
 
 
 def test_fixed_size_single_step_closed_form():
@@ -144,7 +144,7 @@ def test_fixed_size_single_step_closed_form():
   profile = pld_gaussian.privacy_profile("symmetric", q, sigma, 2.0)
   exact = optimize.brentq(lambda e: profile(np.array([e]))[0] - DELTA, 0, 50,
                           xtol=1e-14)
-  eps = ours(q, sigma, 1, "without_replacement")
+  eps = ours(q, sigma, 1, "fixed_size")
   assert exact <= eps <= exact + 2e-4
 
 
@@ -169,7 +169,7 @@ def test_fixed_size_composition_matches_dp_accounting_composition():
   theirs = dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
   theirs = theirs.create_from_rounded_probability(
       pmf, single.inf_mass, 1e-4).self_compose(50)
-  assert ours(0.05, 1.2, 50, "without_replacement") == pytest.approx(
+  assert ours(0.05, 1.2, 50, "fixed_size") == pytest.approx(
       theirs.get_epsilon_for_delta(DELTA), rel=1e-6)
 
 

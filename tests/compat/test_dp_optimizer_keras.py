@@ -188,7 +188,7 @@ def test_population_size_comes_from_fit_arrays_as_in_tf_privacy_scripts():
   model.fit(x, y, batch_size=8, epochs=1, verbose=0)
   samples = model.optimizer.ledger.to_dict()["samples"]
   assert [s["population_size"] for s in samples] == [24] * 3
-  assert samples[0]["selection_probability"] == pytest.approx(8 / 24)
+  assert samples[0]["sampling_probability"] == pytest.approx(8 / 24)
   model.compile(tfp.DPKerasSGDOptimizer(1.0, 1.1, learning_rate=0.1), "mse")
   with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
     model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8),

@@ -49,7 +49,7 @@ def test_joint_clipping_rejects_bad_scale():
     JointClippingQuery([1.0, 0.0], 1.0, 1.0)
 
 
-@pytest.mark.parametrize("clipping", ["per_layer", "dimension_adjusted"])
+@pytest.mark.parametrize("clipping", ["per_layer", "dimensionality_adjusted"])
 @pytest.mark.parametrize("noise", ["proportional", "dimensionality_adjusted"])
 def test_strategies_keep_total_bound_and_effective_noise(clipping, noise):
   dims = [100, 10, 1000, 1]
@@ -63,7 +63,7 @@ def test_strategy_hand_values():
   dims = [1, 3]
   assert allocation.group_clips(2.0, dims, "per_layer") == pytest.approx(
       [math.sqrt(2), math.sqrt(2)])
-  assert allocation.group_clips(2.0, dims, "dimension_adjusted") == (
+  assert allocation.group_clips(2.0, dims, "dimensionality_adjusted") == (
       pytest.approx([1.0, math.sqrt(3)]))
   assert allocation.group_stddevs(1.0, [1.0, 2.0], dims, "proportional") == (
       pytest.approx([math.sqrt(2), 2 * math.sqrt(2)]))

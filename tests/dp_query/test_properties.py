@@ -53,7 +53,7 @@ def test_noised_minus_clipped_sum_has_the_configured_stddev(stddev, scale,
        sampling=st.sampled_from(["poisson", "fixed_size"]))
 def test_ledger_epsilon_is_monotone_in_steps(q, z, steps, more, sampling):
   def ledger(n):
-    sample = {"population_size": 100000, "selection_probability": q,
+    sample = {"population_size": 100000, "sampling_probability": q,
               "sampling": sampling, "examples_per_record": 1,
               "sum_queries": [{"l2_norm_clip": 1.0, "noise_stddev": z}]}
     return {"format": "tf_dp.privacy_ledger/1", "dropped_samples": 0,

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from tf_dp.analysis import checks
 from tf_dp.analysis import conversion
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis import event_accounting
@@ -84,15 +85,12 @@ def max_additional_steps_for_events(events, next_event, target_epsilon,
     >>> step = LedgerEvent("poisson", 0.01, 1.1, 60000, 1)
     >>> k = max_additional_steps_for_events([], step, 2.0, 1e-5)
   """
-  target_epsilon = float(target_epsilon)
-  if math.isnan(target_epsilon) or target_epsilon < 0:
-    raise ValueError(f"target_epsilon must be a real number >= 0; got "
-                     f"{target_epsilon!r}.")
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon)
   runs = [e if isinstance(e, tuple) and len(e) == 2
           and not hasattr(e, "_fields") else (e, 1) for e in events]
   accountant = privacy_lib.resolve_accountant(accountant, orders=orders)
   free = (math.isinf(next_event.noise_multiplier)
-          or next_event.selection_probability == 0)
+          or next_event.sampling_probability == 0)
 
   def epsilon_of(k):
     return event_accounting.epsilon_of_runs(

@@ -11,8 +11,9 @@ The command-line form is ``python -m tf_dp.analysis.compute_noise_multiplier``.
 
 import math
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import search
 
 MAX_NOISE_MULTIPLIER = 1e4
@@ -23,6 +24,7 @@ def _epsilon_fn(n, delta, sampling, conversion, accountant):
   """eps(batch_size, noise_multiplier, epochs) under one accountant."""
   accountant = privacy_lib.resolve_accountant(accountant,
                                               conversion=conversion)
+  sampling = pld_lib.canonical_sampling(sampling, stacklevel=5)
 
   def eps(batch_size, noise_multiplier, epochs):
     return privacy_lib.compute_dp_sgd_privacy(
@@ -32,10 +34,8 @@ def _epsilon_fn(n, delta, sampling, conversion, accountant):
 
 
 def _check_target(target_epsilon):
-  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
-  if target_epsilon == 0:
-    raise ValueError("target_epsilon must be > 0; got 0.")
-  return target_epsilon
+  return checks.check_epsilon("target_epsilon", target_epsilon,
+                              allow_zero=False)
 
 
 def compute_noise_multiplier(n, batch_size, target_epsilon, epochs, delta,
@@ -67,7 +67,7 @@ def compute_noise_multiplier(n, batch_size, target_epsilon, epochs, delta,
     >>> z = compute_noise_multiplier(60000, 256, 3.0, 60, 1e-5)  # ~0.98
   """
   target_epsilon = _check_target(target_epsilon)
-  tolerance = search.check_tolerance("tolerance", tolerance)
+  tolerance = checks.check_tolerance("tolerance", tolerance)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
   lo, hi = search.monotone_boundary(
       lambda z: eps(batch_size, z, epochs) > target_epsilon,
@@ -90,8 +90,8 @@ def compute_epochs(n, batch_size, noise_multiplier, target_epsilon, delta,
   ``(0.0, 0)`` if one step already exceeds the target and
   ``(inf, inf)`` beyond 10^9 steps.
   """
-  n, batch_size = _validation.check_dataset(n, batch_size)
-  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
+  n, batch_size = checks.check_dataset(n, batch_size)
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
   per_step = batch_size / n
 
@@ -115,8 +115,8 @@ def compute_batch_size(n, noise_multiplier, target_epsilon, epochs, delta,
   steps; epsilon grows with the batch size in the DP-SGD regime, so a
   bisection over integers applies. Returns 0 if even batch size 1 fails.
   """
-  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon)
-  n = _validation.check_positive_int("n", n)
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon)
+  n = checks.check_positive_int("n", n)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
 
   def ok(b):

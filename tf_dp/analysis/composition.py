@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 
 
 def _expm1(x):
@@ -28,10 +29,10 @@ def advanced_composition(epsilon, delta, k, delta_prime):
   Returns ``(sqrt(2k log(1/delta')) eps + k eps (e^eps - 1), k delta + delta')``
   (Dwork & Roth 2014, Theorem 3.20).
   """
-  epsilon = _validation.check_epsilon("epsilon", epsilon)
-  delta = _validation.check_delta("delta", delta, allow_zero=True)
-  k = _validation.check_steps("k", k)
-  delta_prime = _validation.check_delta("delta_prime", delta_prime)
+  epsilon = checks.check_epsilon("epsilon", epsilon)
+  delta = checks.check_delta("delta", delta, allow_zero=True)
+  k = checks.check_steps("k", k)
+  delta_prime = checks.check_delta("delta_prime", delta_prime)
   if k == 0:  # Nothing composed (and no 0 * inf when epsilon is inf).
     return 0.0, delta_prime
   eps_total = (math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon
@@ -39,15 +40,18 @@ def advanced_composition(epsilon, delta, k, delta_prime):
   return eps_total, k * delta + delta_prime
 
 
-def amplify_by_poisson_sampling(epsilon, delta, q):
-  """Privacy amplification of an (eps, delta)-DP step by sampling rate q.
+@deprecation.renamed_keywords(q="sampling_probability")
+def amplify_by_poisson_sampling(epsilon, delta, sampling_probability):
+  """Privacy amplification of an (eps, delta)-DP step by Poisson sampling.
 
-  Returns ``(log(1 + q (e^eps - 1)), q delta)`` (Li et al. 2012, Thm. 1).
-  ``delta`` must lie in [0, 1] and ``q`` in [0, 1] (``ValueError`` else).
+  Returns ``(log(1 + q (e^eps - 1)), q delta)`` (Li et al. 2012, Thm. 1)
+  with ``q = sampling_probability``. ``delta`` must lie in [0, 1] and ``q``
+  in [0, 1] (``ValueError`` else).
   """
-  epsilon = _validation.check_epsilon("epsilon", epsilon)
-  delta = _validation.check_delta("delta", delta, allow_zero=True)
-  q = _validation.check_probability("q", q)
+  epsilon = checks.check_epsilon("epsilon", epsilon)
+  delta = checks.check_delta("delta", delta, allow_zero=True)
+  q = checks.check_sampling_probability("sampling_probability",
+                                        sampling_probability)
   if q == 0 or epsilon == 0:
     return 0.0, q * delta
   # log(1 + exp(log q + log(e^eps - 1))): no overflow, no cancellation.
@@ -62,44 +66,45 @@ def gaussian_mechanism_epsilon(noise_multiplier, delta):
   The theorem holds for epsilon < 1; larger values are returned as computed
   (as Abadi et al. and Ermis & Cemgil use them) and are then not a proven guarantee.
   """
-  z = _validation.check_noise_multiplier("noise_multiplier", noise_multiplier)
-  delta = _validation.check_delta("delta", delta)
+  z = checks.check_noise_multiplier("noise_multiplier", noise_multiplier)
+  delta = checks.check_delta("delta", delta)
   return math.sqrt(2 * math.log(1.25 / delta)) / z
 
 
 def gaussian_mechanism_noise_multiplier(epsilon, delta):
   """Inverse of ``gaussian_mechanism_epsilon``."""
-  epsilon = _validation.check_epsilon("epsilon", epsilon, allow_zero=False)
-  delta = _validation.check_delta("delta", delta)
+  epsilon = checks.check_epsilon("epsilon", epsilon, allow_zero=False)
+  delta = checks.check_delta("delta", delta)
   return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
 def gaussian_zcdp(sensitivity, stddev):
   """rho of the Gaussian mechanism: sensitivity^2 / (2 stddev^2) (Prop. 1.6)."""
-  sensitivity = _validation.check_real("sensitivity", sensitivity, low=0.0,
-                                       allow_inf=False)
-  stddev = _validation.check_real("stddev", stddev, low=0.0, low_open=True)
+  sensitivity = checks.check_real("sensitivity", sensitivity, low=0.0,
+                                  allow_inf=False)
+  stddev = checks.check_real("stddev", stddev, low=0.0, low_open=True)
   return sensitivity ** 2 / (2.0 * stddev ** 2)
 
 
 def zcdp_to_dp_epsilon(rho, delta):
   """Epsilon of a rho-zCDP mechanism: rho + 2 sqrt(rho log(1/delta)) (Prop. 1.3)."""
-  rho = _validation.check_real("rho", rho, low=0.0)
-  delta = _validation.check_delta("delta", delta)
+  rho = checks.check_real("rho", rho, low=0.0)
+  delta = checks.check_delta("delta", delta)
   return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
 def zcdp_rho_for_epsilon(epsilon, delta):
   """Largest rho with rho + 2 sqrt(rho log(1/delta)) <= epsilon (inverse)."""
-  epsilon = _validation.check_epsilon("epsilon", epsilon)
-  delta = _validation.check_delta("delta", delta)
+  epsilon = checks.check_epsilon("epsilon", epsilon)
+  delta = checks.check_delta("delta", delta)
   root = math.sqrt(math.log(1.0 / delta) + epsilon) - math.sqrt(
       math.log(1.0 / delta))
   return root * root
 
 
-def strong_composition_dp_sgd_epsilon(q, noise_multiplier, steps, delta,
-                                      first_order=True):
+@deprecation.renamed_keywords(q="sampling_probability")
+def strong_composition_dp_sgd_epsilon(sampling_probability, noise_multiplier,
+                                      steps, delta, first_order=True):
   """Epsilon of DP-SGD under the strong composition theorem (Abadi et al.).
 
   Each step is (eps0, delta0)-DP for the lot by the classical Gaussian
@@ -111,14 +116,15 @@ def strong_composition_dp_sgd_epsilon(q, noise_multiplier, steps, delta,
   replaced by its first-order form ``k eps^2``; this reproduces the figure
   quoted by Abadi et al. (2016), eps ~ 9.34 for q=0.01, z=4, T=10^4,
   delta=1e-5. The exact theorem (``first_order=False``) gives 9.35.
-  Limits: ``q = 0`` (nothing sampled) and ``noise_multiplier = inf``
-  (nothing released) give epsilon 0.
+  Limits: ``q = sampling_probability = 0`` (nothing sampled) and
+  ``noise_multiplier = inf`` (nothing released) give epsilon 0.
   """
-  q = _validation.check_probability("q", q)
-  noise_multiplier = _validation.check_noise_multiplier("noise_multiplier",
-                                                        noise_multiplier)
-  steps = _validation.check_positive_int("steps", steps)
-  delta = _validation.check_delta("delta", delta)
+  q = checks.check_sampling_probability("sampling_probability",
+                                        sampling_probability)
+  noise_multiplier = checks.check_noise_multiplier("noise_multiplier",
+                                                   noise_multiplier)
+  steps = checks.check_positive_int("steps", steps)
+  delta = checks.check_delta("delta", delta)
   if q == 0 or math.isinf(noise_multiplier):
     return 0.0
   delta0 = delta / 2.0 / (steps * q)

@@ -26,7 +26,7 @@ def main(argv):
   steps = dp_sgd_privacy.dp_sgd_steps(f.n, f.batch_size, f.epochs)
   how = (f"{f.conversion or 'tight'} conversion" if accountant == "rdp"
          else "PLD accountant")
-  print(f"DP-SGD with sampling rate = {100 * f.batch_size / f.n:.3g}% "
+  print(f"DP-SGD with sampling probability = {100 * f.batch_size / f.n:.3g}% "
         f"({f.sampling}) and noise_multiplier = {f.noise_multiplier} "
         f"iterated over {steps} steps satisfies differential privacy with "
         f"eps = {eps:.4g} and delta = {f.delta} ({how}).")
@@ -44,8 +44,9 @@ def define_flags():
   flags.DEFINE_float("noise_multiplier", 1.1, "Noise stddev / clip norm.")
   flags.DEFINE_float("epochs", 60, "Number of epochs (may be fractional).")
   flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", "poisson", list(dp_sgd_privacy.SAMPLINGS),
-                    "How batches are drawn.")
+  flags.DEFINE_enum("sampling", "poisson", dp_sgd_privacy.SAMPLING_FLAG_VALUES,
+                    "How batches are drawn: poisson or fixed_size "
+                    "(without_replacement: old spelling, deprecated).")
   flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
                     "pld (default) or rdp.")
   flags.DEFINE_enum("conversion", None, list(conversion_lib.CONVERSIONS),

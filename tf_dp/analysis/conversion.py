@@ -22,13 +22,13 @@ import warnings
 
 import numpy as np
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 
 CONVERSIONS = ("tight", "classic")
 
 
 def _check_rdp(orders, rdp):
-  orders = _validation.check_orders(orders)
+  orders = checks.check_orders(orders)
   try:
     rdp = np.atleast_1d(np.asarray(rdp, dtype=float))
   except (TypeError, ValueError):
@@ -100,17 +100,17 @@ def get_privacy_spent(orders, rdp, target_eps=None, target_delta=None,
     raise ValueError(
         "Give exactly one of target_eps and target_delta; got "
         f"target_eps={target_eps!r}, target_delta={target_delta!r}.")
-  conversion = _validation.check_choice("conversion", conversion,
-                                        CONVERSIONS)
+  conversion = checks.check_choice("conversion", conversion,
+                                   CONVERSIONS)
   orders, rdp = _check_rdp(orders, rdp)
   if target_delta is not None:
-    delta = _validation.check_delta("target_delta", target_delta)
+    delta = checks.check_delta("target_delta", target_delta)
     eps = _epsilons(orders, rdp, delta, conversion)
     index = int(np.argmin(eps))
     if np.isfinite(eps[index]) and eps[index] > 0:
       _warn_if_edge(orders, index, "epsilon")
     return float(eps[index]), delta, float(orders[index])
-  epsilon = _validation.check_epsilon("target_eps", target_eps)
+  epsilon = checks.check_epsilon("target_eps", target_eps)
   log_delta = _log_deltas(orders, rdp, epsilon, conversion)
   index = int(np.argmin(log_delta))
   if np.isfinite(log_delta[index]):

@@ -11,13 +11,16 @@ The command-line form is ``python -m tf_dp.analysis.compute_dp_sgd_privacy``.
 
 import math
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 from tf_dp.analysis import conversion as conversion_lib
+from tf_dp.analysis import deprecation
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
-from tf_dp.analysis import rdp_without_replacement
+from tf_dp.analysis import rdp_fixed_size
 
-SAMPLINGS = ("poisson", "without_replacement")
+SAMPLINGS = pld_lib.SAMPLINGS
+# What the command lines accept for --sampling (old spellings warn).
+SAMPLING_FLAG_VALUES = list(SAMPLINGS) + list(pld_lib.RENAMED_SAMPLINGS)
 ACCOUNTANTS = ("pld", "rdp")
 DEFAULT_ACCOUNTANT = "pld"
 
@@ -33,9 +36,7 @@ def resolve_accountant(accountant, **rdp_options):
   given = sorted(k for k, v in rdp_options.items() if v is not None)
   if accountant is None:
     return "rdp" if given else DEFAULT_ACCOUNTANT
-  if accountant not in ACCOUNTANTS:
-    raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got "
-                     f"{accountant!r}.")
+  checks.check_choice("accountant", accountant, ACCOUNTANTS)
   if accountant == "pld" and given:
     raise ValueError(f"{given[0]} applies to accountant='rdp' only; got "
                      f"{given[0]}={rdp_options[given[0]]!r} with "
@@ -49,22 +50,20 @@ def dp_sgd_steps(n, batch_size, epochs):
 
 
 def _check_run(n, batch_size, epochs):
-  n, batch_size = _validation.check_dataset(n, batch_size)
-  return n, batch_size, _validation.check_epochs("epochs", epochs)
+  n, batch_size = checks.check_dataset(n, batch_size)
+  return n, batch_size, checks.check_epochs("epochs", epochs)
 
 
-def _check_sampling(sampling):
-  if sampling not in SAMPLINGS:
-    raise ValueError(f"sampling must be one of {SAMPLINGS}; got {sampling!r}.")
-
-
-def dp_sgd_rdp(q, noise_multiplier, steps, orders, sampling):
+@deprecation.renamed_keywords(q="sampling_probability")
+def dp_sgd_rdp(sampling_probability, noise_multiplier, steps, orders,
+               sampling):
   """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
-  _check_sampling(sampling)
+  sampling = pld_lib.canonical_sampling(sampling)
   if sampling == "poisson":
-    return rdp_lib.compute_rdp(q, noise_multiplier, steps, orders)
-  return rdp_without_replacement.compute_rdp_sample_without_replacement(
-      q, noise_multiplier, steps, orders)
+    return rdp_lib.compute_rdp(sampling_probability, noise_multiplier, steps,
+                               orders)
+  return rdp_fixed_size.compute_rdp_fixed_size(
+      sampling_probability, noise_multiplier, steps, orders)
 
 
 def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
@@ -75,7 +74,7 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
   Privacy contract: each step samples records with probability
   ``q = batch_size / n`` (``sampling="poisson"``, add/remove-one neighbours)
   or draws a fixed-size batch without replacement
-  (``sampling="without_replacement"``, replace-one neighbours), clips each
+  (``sampling="fixed_size"``, replace-one neighbours), clips each
   record's gradient to norm C and adds N(0, (noise_multiplier C)^2) to the
   sum. ``ceil(epochs * n / batch_size)`` steps are composed. The returned
   epsilon is an upper bound on the epsilon of that run at ``delta``.
@@ -86,7 +85,8 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
     noise_multiplier: Noise stddev divided by the clip norm.
     epochs: Passes over the data (may be fractional).
     delta: Target delta, in (0, 1); 1/n or smaller is customary.
-    sampling: ``"poisson"`` or ``"without_replacement"``.
+    sampling: ``"poisson"`` or ``"fixed_size"`` (the old spelling
+      ``"without_replacement"`` still works, with a DeprecationWarning).
     conversion: RDP only: ``"tight"`` (default) or ``"classic"``
       RDP-to-DP conversion.
     orders: RDP only: Renyi orders; the package default if None.
@@ -107,10 +107,10 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
   accountant = resolve_accountant(accountant, conversion=conversion,
                                   orders=orders)
   n, batch_size, epochs = _check_run(n, batch_size, epochs)
-  delta = _validation.check_delta("delta", delta)
-  noise_multiplier = _validation.check_noise_multiplier(
+  delta = checks.check_delta("delta", delta)
+  noise_multiplier = checks.check_noise_multiplier(
       "noise_multiplier", noise_multiplier)
-  _check_sampling(sampling)
+  sampling = pld_lib.canonical_sampling(sampling)
   steps = dp_sgd_steps(n, batch_size, epochs)
   if accountant == "pld":
     return pld_lib.dp_sgd_pld_epsilon(batch_size / n, noise_multiplier,

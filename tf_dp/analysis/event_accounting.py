@@ -2,7 +2,7 @@
 
 The ledger functions (``compute_epsilon_from_ledger``) and the budget
 planner read a ledger as runs of plain events, ``(event, count)`` with
-``event`` having ``sampling``, ``selection_probability``,
+``event`` having ``sampling``, ``sampling_probability``,
 ``noise_multiplier`` and ``examples_per_record`` (``ledger.LedgerEvent``),
 and account them here, so that both report the same number.
 
@@ -21,11 +21,13 @@ import math
 
 import numpy as np
 
-from tf_dp.analysis import conversion
+from tf_dp.analysis import conversion as conversion_lib
+from tf_dp.analysis import deprecation
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
-from tf_dp.analysis import rdp_without_replacement
+from tf_dp.analysis import rdp_fixed_size
 
 # Above this many distinct (sampling, q, sigma) events both accountants
 # merge them into pessimistic classes (``pld.coarsen_events``): a 0.5% grid
@@ -41,8 +43,9 @@ def gaussian_event_counts(runs):
       raise ValueError(
           "The ledger records Poisson sampling with microbatches as records; "
           "use fixed-size batches (sampling='fixed_size') with microbatches.")
-    sampling = "poisson" if e.sampling == "poisson" else "without_replacement"
-    event = pld_lib.GaussianEvent(sampling, e.selection_probability,
+    sampling = (pld_lib.POISSON if e.sampling == ledger_schema.POISSON
+                else pld_lib.FIXED_SIZE)  # "shuffled" is accounted so.
+    event = pld_lib.GaussianEvent(sampling, e.sampling_probability,
                                   e.noise_multiplier)
     if count and not event.is_noop:
       counts[event] += count
@@ -64,23 +67,23 @@ def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
     if e.sampling == "poisson":
       poisson.append((q, z, n))
     else:
-      total += rdp_without_replacement.compute_rdp_sample_without_replacement(
-          q, z, n, orders)
+      total += rdp_fixed_size.compute_rdp_fixed_size(q, z, n, orders)
   if poisson:
     total += rdp_lib.compute_heterogeneous_rdp(poisson, orders)
   return total
 
 
-def epsilon_of_runs(runs, delta, orders=None, conversion_method=None,
+@deprecation.renamed_keywords(conversion_method="conversion")
+def epsilon_of_runs(runs, delta, orders=None, conversion=None,
                     accountant=None):
   """``(epsilon, optimal_order)`` of ``(event, count)`` runs.
 
   ``accountant`` is ``"pld"``, ``"rdp"`` or None (``"pld"`` unless
-  ``orders`` or ``conversion_method`` is given); the order is ``nan`` for
-  PLD and when nothing private was released.
+  ``orders`` or ``conversion`` is given); the order is ``nan`` for PLD and
+  when nothing private was released.
   """
   accountant = privacy_lib.resolve_accountant(
-      accountant, orders=orders, conversion_method=conversion_method)
+      accountant, orders=orders, conversion=conversion)
   runs = list(runs)
   if accountant == "pld":
     acc = pld_lib.PLDAccountant()
@@ -93,7 +96,6 @@ def epsilon_of_runs(runs, delta, orders=None, conversion_method=None,
     return math.inf, math.nan
   if not np.any(rdp):
     return 0.0, math.nan  # Nothing private was released.
-  eps, _, order = conversion.get_privacy_spent(
-      orders, rdp, target_delta=delta,
-      conversion=conversion_method or "tight")
+  eps, _, order = conversion_lib.get_privacy_spent(
+      orders, rdp, target_delta=delta, conversion=conversion or "tight")
   return eps, order

@@ -4,10 +4,11 @@ Reads a ledger (a ``tf_dp.PrivacyLedger``, its ``to_dict()`` export, or that
 export as JSON) as plain data, reduces each sample's Gaussian sum queries to
 one equivalent query with eq. (1),
 
-    z = (sum_g (S_g / sigma_g)^2)^(-1/2),
+    z = (sum_g (S_g / sigma_g)^2)^(-1/2)
 
-and composes the samples with the PLD accountant (default) or the RDP
-accountant (``event_accounting``); each sample is accounted under its own
+(``allocation.effective_noise_multiplier``), and composes the samples with
+the PLD accountant (default) or the RDP accountant (``event_accounting``);
+each sample is accounted under its own
 neighbouring relation (Poisson: add/remove one record; fixed-size and
 shuffled: replace one). No TensorFlow is imported.
 ``ledger_events`` gives the same reduction as plain event descriptions so
@@ -22,12 +23,39 @@ import json
 import math
 import warnings
 
+from tf_dp.analysis import allocation
+from tf_dp.analysis import deprecation
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
 
-LedgerEvent = collections.namedtuple(
-    "LedgerEvent", ["sampling", "selection_probability", "noise_multiplier",
+_LedgerEventFields = collections.namedtuple(
+    "LedgerEvent", ["sampling", "sampling_probability", "noise_multiplier",
                     "population_size", "examples_per_record"])
+
+
+class LedgerEvent(_LedgerEventFields):
+  """One recorded sample as an accounting event (plain, immutable values).
+
+  Fields: ``sampling`` (a ``ledger_schema.SAMPLING_KINDS`` entry),
+  ``sampling_probability`` (q), ``noise_multiplier`` (eq. (1) of the
+  sample's sum queries), ``population_size`` and ``examples_per_record``.
+  The old field name ``selection_probability`` still works for one release
+  (keyword and attribute), with a DeprecationWarning.
+  """
+  __slots__ = ()
+
+  @deprecation.renamed_keywords(selection_probability="sampling_probability")
+  def __new__(cls, sampling, sampling_probability, noise_multiplier,
+              population_size, examples_per_record):
+    return super().__new__(cls, sampling, sampling_probability,
+                           noise_multiplier, population_size,
+                           examples_per_record)
+
+  @property
+  def selection_probability(self):
+    deprecation.warn("LedgerEvent.selection_probability",
+                     "LedgerEvent.sampling_probability", "attribute")
+    return self.sampling_probability
 
 
 def _export(ledger):
@@ -77,23 +105,17 @@ def sample_noise_multiplier(sum_queries):
   """Eq. (1): the noise multiplier of one sample's Gaussian sum queries.
 
   ``sum_queries`` holds ``{"l2_norm_clip", "noise_stddev"}`` dicts or
-  ``(l2_norm_clip, noise_stddev)`` pairs. Returns ``inf`` if nothing
-  private was released (no queries, or all clips 0 or all noise infinite);
-  ``0`` if some query released a non-zero clip without noise.
+  ``(l2_norm_clip, noise_stddev)`` pairs; the result is
+  ``allocation.effective_noise_multiplier`` of their clips and stddevs:
+  ``inf`` if nothing private was released (no queries, or all clips 0 or
+  all noise infinite), ``0`` if some query released a non-zero clip
+  without noise.
   """
-  total = 0.0
-  for q in sum_queries:
-    if isinstance(q, dict):
-      q = ledger_schema.check_query(q, "sum query")
-    clip, stddev = float(q[0]), float(q[1])
-    if clip < 0 or stddev < 0 or math.isnan(clip) or math.isnan(stddev):
-      raise ValueError(f"Invalid sum query in ledger: {q!r}.")
-    if clip == 0 or (math.isinf(stddev) and not math.isinf(clip)):
-      continue
-    if stddev == 0 or math.isinf(clip):
-      return 0.0
-    total += (clip / stddev) ** 2
-  return math.inf if total == 0 else total ** -0.5
+  pairs = [ledger_schema.check_query(q, f"sum_queries[{i}]")
+           if isinstance(q, dict) else tuple(q)
+           for i, q in enumerate(sum_queries)]
+  return allocation.effective_noise_multiplier([c for c, _ in pairs],
+                                               [s for _, s in pairs])
 
 
 _SHUFFLED_WARNING = (
@@ -115,14 +137,14 @@ def ledger_event_runs(ledger):
   """
   out = []
   for sample, count in ledger_runs(ledger):
-    event = LedgerEvent(sample.sampling, sample.selection_probability,
+    event = LedgerEvent(sample.sampling, sample.sampling_probability,
                         sample_noise_multiplier(sample.sum_queries),
                         sample.population_size, sample.examples_per_record)
     if out and out[-1][0] == event:
       out[-1] = (event, out[-1][1] + count)
     else:
       out.append((event, count))
-  if any(e.sampling == "shuffled" for e, _ in out):
+  if any(e.sampling == ledger_schema.SHUFFLED for e, _ in out):
     warnings.warn(_SHUFFLED_WARNING, UserWarning, stacklevel=3)
   return out
 
@@ -152,8 +174,9 @@ def compute_rdp_from_ledger(ledger, orders=None):
   return event_accounting.rdp_of_runs(ledger_event_runs(ledger), orders)
 
 
-def compute_epsilon_from_ledger(ledger, delta, orders=None,
-                                conversion_method=None, accountant=None):
+@deprecation.renamed_keywords(conversion_method="conversion")
+def compute_epsilon_from_ledger(ledger, delta, orders=None, conversion=None,
+                                accountant=None):
   """(epsilon, optimal_order) of everything recorded in ``ledger``.
 
   Privacy contract: as ``compute_rdp_from_ledger``; the epsilon is an upper
@@ -163,10 +186,11 @@ def compute_epsilon_from_ledger(ledger, delta, orders=None,
     ledger: A ``PrivacyLedger``, its ``to_dict()`` export or that as JSON.
     delta: Target delta, in (0, 1).
     orders: RDP only: Renyi orders (the package default if None).
-    conversion_method: RDP only: ``"tight"`` (default) or ``"classic"``.
+    conversion: RDP only: ``"tight"`` (default) or ``"classic"``; the old
+      keyword ``conversion_method`` still works (DeprecationWarning).
     accountant: ``"pld"`` (privacy loss distributions, the tightest) or
-      ``"rdp"``; None means ``"pld"`` unless ``orders`` or
-      ``conversion_method`` is given.
+      ``"rdp"``; None means ``"pld"`` unless ``orders`` or ``conversion``
+      is given.
 
   Returns:
     ``(epsilon, optimal_order)``; the order is ``nan`` for PLD.
@@ -175,8 +199,8 @@ def compute_epsilon_from_ledger(ledger, delta, orders=None,
     >>> eps, _ = compute_epsilon_from_ledger(optimizer.ledger, 1e-5)
   """
   return event_accounting.epsilon_of_runs(
-      ledger_event_runs(ledger), delta, orders=orders,
-      conversion_method=conversion_method, accountant=accountant)
+      ledger_event_runs(ledger), delta, orders=orders, conversion=conversion,
+      accountant=accountant)
 
 
 def to_dp_accounting_events(ledger):
@@ -194,12 +218,12 @@ def to_dp_accounting_events(ledger):
   for e, count in ledger_event_runs(ledger):
     if math.isinf(e.noise_multiplier) or count == 0:
       continue
-    if e.sampling == "poisson":
+    if e.sampling == ledger_schema.POISSON:
       event = dp_accounting.PoissonSampledDpEvent(
-          e.selection_probability,
+          e.sampling_probability,
           dp_accounting.GaussianDpEvent(e.noise_multiplier))
     else:
-      batch = int(round(e.selection_probability * e.population_size))
+      batch = int(round(e.sampling_probability * e.population_size))
       event = dp_accounting.SampledWithoutReplacementDpEvent(
           e.population_size, batch,
           dp_accounting.GaussianDpEvent(e.noise_multiplier / 2))

@@ -8,14 +8,22 @@ A ledger export is a JSON object. Two versions exist; both are read:
   ``{"format", "dropped_samples", "runs"}``, where each run is a sample
   entry plus ``"count"``: that many identical consecutive samples. A
   10^6-step run with constant hyperparameters is one run (~0.3 kB) instead
-  of ~10^6 entries (~200 MB). Older tf_dp versions refuse a version-2 file
-  (no ``"samples"`` key, unknown format) rather than miscount it; write
-  version 1 explicitly for them (``to_json(ledger_format=FORMAT_V1)``).
+  of ~10^6 entries (~200 MB). tf_dp versions from before version 2 refuse
+  a version-2 file (no ``"samples"`` key, unknown format) rather than
+  miscount it; version 1 is written on request
+  (``to_json(ledger_format=FORMAT_V1)``).
 
-A sample entry has exactly these keys:
+A sample entry has exactly these keys (``SAMPLE_KEYS``; the first four are
+the sampling event, ``SAMPLING_EVENT_KEYS``):
 
 * ``population_size``: integer n >= 1, the number of records;
-* ``selection_probability``: q in [0, 1] (Poisson), or batch size / n;
+* ``sampling_probability``: q in [0, 1], the probability that a record is
+  in the sample (Poisson), or the sample size / n (fixed-size, shuffled).
+  Exports written before the vocabulary was unified name it
+  ``selection_probability``: that key is still read, with a
+  ``DeprecationWarning`` (``RENAMED_SAMPLE_KEYS``); tf_dp versions that
+  know only the old key refuse exports with the new one (unknown key)
+  rather than miscount them;
 * ``sampling``: one of ``SAMPLING_KINDS``:
   ``"poisson"`` (each record independently with probability q; add/remove
   neighbours), ``"fixed_size"`` (a uniformly random batch of q n records
@@ -39,7 +47,8 @@ import numbers
 
 import numpy as np
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
 FORMAT_V2 = "tf_dp.privacy_ledger/2"
@@ -47,15 +56,24 @@ CURRENT_FORMAT = FORMAT_V2
 READABLE_FORMATS = (FORMAT_V1, FORMAT_V2)
 _FORMAT_PREFIX = "tf_dp.privacy_ledger/"
 
+POISSON = "poisson"
+FIXED_SIZE = "fixed_size"
+SHUFFLED = "shuffled"
 # The order is the sampling code stored in PrivacyLedger buffers and
 # checkpoints: never reorder, only append.
-SAMPLING_KINDS = ("poisson", "fixed_size", "shuffled")
-WITHOUT_REPLACEMENT_KINDS = ("fixed_size", "shuffled")
+SAMPLING_KINDS = (POISSON, FIXED_SIZE, SHUFFLED)
+# Accounted as fixed-size sampling (without replacement, replace-one).
+FIXED_SIZE_KINDS = (FIXED_SIZE, SHUFFLED)
 
-SAMPLE_KEYS = ("population_size", "selection_probability", "sampling",
-               "examples_per_record", "sum_queries")
+SAMPLING_EVENT_KEYS = ("population_size", "sampling_probability", "sampling",
+                       "examples_per_record")
+SAMPLE_KEYS = SAMPLING_EVENT_KEYS + ("sum_queries",)
 QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
+# Old key -> its one name; the old key is read with a DeprecationWarning.
+RENAMED_SAMPLE_KEYS = {"selection_probability": "sampling_probability"}
 
+# How one sample was drawn (fields may be tensors inside a TF graph).
+SamplingEvent = collections.namedtuple("SamplingEvent", SAMPLING_EVENT_KEYS)
 # One recorded sample, hashable: sum_queries is a tuple of
 # (l2_norm_clip, noise_stddev) float pairs.
 Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
@@ -63,21 +81,27 @@ Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
 Run = collections.namedtuple("Run", ["sample", "count"])
 
 
+class SampleDict(deprecation.RenamedKeysDict):
+  """An exported sample entry; ``entry["selection_probability"]`` still
+  reads ``entry["sampling_probability"]`` (with a DeprecationWarning)."""
+  RENAMED = RENAMED_SAMPLE_KEYS
+
+
 def _int_at_least(where, value, low):
   """An integer >= low (0 or 1); JSON-integral floats such as 6e4 pass."""
-  if isinstance(value, float) and value.is_integer():
-    value = int(value)
-  check = (_validation.check_positive_int if low == 1
-           else _validation.check_steps)
-  return check(where, value)
+  check = checks.check_positive_int if low == 1 else checks.check_steps
+  return check(where, value, integral_float=True)
 
 
 def _real(where, value, low, high):
-  return _validation.check_real(where, value, low=low, high=high)
+  return checks.check_real(where, value, low=low, high=high)
 
 
 def sampling_code(kind):
-  """The buffer code of a sampling kind (its index in SAMPLING_KINDS)."""
+  """The buffer code of a sampling kind (its index in SAMPLING_KINDS).
+
+  ``kind`` is a Python string (the sampling is static in a TF graph).
+  """
   if kind not in SAMPLING_KINDS:
     raise ValueError(f"sampling must be one of {SAMPLING_KINDS}; got "
                      f"{kind!r}.")
@@ -108,18 +132,44 @@ def check_query(raw, where):
           _real(f"{where}.noise_stddev", raw["noise_stddev"], 0, math.inf))
 
 
-def check_sample(raw, where, extra_keys=()):
+def _renamed_keys(raw, where, renamed_seen):
+  """``{new key: the key used in raw}`` for the renamed sample keys.
+
+  An old key is noted in ``renamed_seen`` (a set) or, if that is None,
+  warned about at once; giving both the old and the new key is an error.
+  """
+  used = {}
+  for old, new in RENAMED_SAMPLE_KEYS.items():
+    if old in raw:
+      if new in raw:
+        raise ValueError(f"{where} has both {new!r} and its old name "
+                         f"{old!r}; keep {new!r} only.")
+      if renamed_seen is None:
+        deprecation.warn(old, new, "ledger key", stacklevel=4)
+      else:
+        renamed_seen.add(old)
+      used[new] = old
+  return used
+
+
+def check_sample(raw, where, extra_keys=(), renamed_seen=None):
   """One sample entry as a validated ``Sample`` (see the module docstring).
 
   ``examples_per_record`` may be missing (then 1), as in early version-1
   exports. ``extra_keys`` are allowed and ignored (``"count"`` in runs).
+  An old key of ``RENAMED_SAMPLE_KEYS`` is read as its new name; it is
+  added to ``renamed_seen`` (a set, for one warning per export) or, if
+  that is None, warned about here (``DeprecationWarning``). Errors name a
+  field as it is spelled in ``raw``.
   """
   if not isinstance(raw, dict):
     raise ValueError(f"{where} must be a dict with keys {SAMPLE_KEYS}; got "
                      f"{raw!r}.")
-  unknown = sorted(set(raw) - set(SAMPLE_KEYS) - set(extra_keys))
-  missing = [k for k in SAMPLE_KEYS
-             if k not in raw and k != "examples_per_record"]
+  used = _renamed_keys(raw, where, renamed_seen)
+  key = lambda name: used.get(name, name)
+  unknown = sorted(set(raw) - {key(k) for k in SAMPLE_KEYS} - set(extra_keys))
+  missing = [key(k) for k in SAMPLE_KEYS
+             if key(k) not in raw and k != "examples_per_record"]
   if unknown or missing:
     raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
                      f"{missing}, unknown {unknown}.")
@@ -129,10 +179,10 @@ def check_sample(raw, where, extra_keys=()):
   queries = raw["sum_queries"]
   if not isinstance(queries, (list, tuple)):
     raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
+  q_key = key("sampling_probability")
   return Sample(
       _int_at_least(f"{where}.population_size", raw["population_size"], 1),
-      _validation.check_probability(f"{where}.selection_probability",
-                                    raw["selection_probability"]),
+      checks.check_probability(f"{where}.{q_key}", raw[q_key]),
       raw["sampling"],
       _int_at_least(f"{where}.examples_per_record",
                     raw.get("examples_per_record", 1), 1),
@@ -162,7 +212,7 @@ def merge_runs(runs):
   return out
 
 
-def _runs_from_v1_entries(entries):
+def _runs_from_v1_entries(entries, renamed_seen):
   """Runs of version-1 entries; an entry equal to the previous raw entry
   (a fast dict comparison) is not validated again."""
   runs, previous = [], None
@@ -170,7 +220,7 @@ def _runs_from_v1_entries(entries):
     if runs and isinstance(raw, dict) and raw == previous:
       runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
       continue
-    sample = check_sample(raw, f"samples[{i}]")
+    sample = check_sample(raw, f"samples[{i}]", renamed_seen=renamed_seen)
     previous = raw
     if runs and runs[-1].sample == sample:
       runs[-1] = Run(sample, runs[-1].count + 1)
@@ -205,6 +255,10 @@ def decode(data):
 
   Raises:
     ValueError: naming the first invalid field, its value and the fix.
+
+  Warns:
+    DeprecationWarning: once per old key of ``RENAMED_SAMPLE_KEYS`` in the
+      export (the export is read as if it used the new key).
   """
   fmt = _check_format(data)
   key = "samples" if fmt == FORMAT_V1 else "runs"
@@ -219,24 +273,27 @@ def decode(data):
   entries = data[key]
   if not isinstance(entries, list):
     raise ValueError(f"{key} must be a list; got {type(entries).__name__}.")
+  renamed_seen = set()
   if fmt == FORMAT_V1:
-    runs = _runs_from_v1_entries(entries)
+    runs = _runs_from_v1_entries(entries, renamed_seen)
   else:
-    runs = merge_runs(
-        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",)),
+    runs = merge_runs([
+        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",),
+                         renamed_seen=renamed_seen),
             _int_at_least(f"runs[{i}].count", r.get("count"), 1))
-        for i, r in enumerate(entries))
+        for i, r in enumerate(entries)])
+  for old in sorted(renamed_seen):
+    deprecation.warn(old, RENAMED_SAMPLE_KEYS[old], "ledger key",
+                     stacklevel=3)
   return runs, dropped
 
 
 def sample_to_dict(sample):
-  """A ``Sample`` as its (fresh) JSON-ready dict."""
-  return {"population_size": sample.population_size,
-          "selection_probability": sample.selection_probability,
-          "sampling": sample.sampling,
-          "examples_per_record": sample.examples_per_record,
-          "sum_queries": [{"l2_norm_clip": c, "noise_stddev": s}
-                          for c, s in sample.sum_queries]}
+  """A ``Sample`` as its (fresh) JSON-ready ``SampleDict``."""
+  entry = SampleDict(sample._asdict())
+  entry["sum_queries"] = [dict(zip(QUERY_KEYS, q))
+                          for q in sample.sum_queries]
+  return entry
 
 
 def encode(runs, dropped_samples, ledger_format=CURRENT_FORMAT):
@@ -246,9 +303,13 @@ def encode(runs, dropped_samples, ledger_format=CURRENT_FORMAT):
     return {"format": FORMAT_V1, "dropped_samples": int(dropped_samples),
             "samples": samples}
   if ledger_format == FORMAT_V2:
+    runs_out = []
+    for r in merge_runs(runs):
+      entry = sample_to_dict(r.sample)
+      entry["count"] = int(r.count)
+      runs_out.append(entry)
     return {"format": FORMAT_V2, "dropped_samples": int(dropped_samples),
-            "runs": [dict(sample_to_dict(r.sample), count=int(r.count))
-                     for r in merge_runs(runs)]}
+            "runs": runs_out}
   raise ValueError(f"ledger_format must be one of {READABLE_FORMATS}; got "
                    f"{ledger_format!r}.")
 
@@ -259,8 +320,17 @@ def total_samples(runs):
 
 
 # --- The PrivacyLedger buffer layout (also what checkpoints hold). ---
-# Sample rows: population_size, selection_probability, sampling code,
-# examples_per_record. Query rows: sample index, l2_norm_clip, noise_stddev.
+# One row per sample and one row per sum query, float64 columns:
+SAMPLE_ROW = ("population_size", "sampling_probability", "sampling_code",
+              "examples_per_record")
+QUERY_ROW = ("sample_index",) + QUERY_KEYS
+
+
+def sample_row(event):
+  """The buffer row of a ``SamplingEvent`` (or ``Sample``): its fields in
+  ``SAMPLE_ROW`` order, the sampling as its code. Works on tensors too."""
+  values = dict(event._asdict(), sampling_code=sampling_code(event.sampling))
+  return [values[k] for k in SAMPLE_ROW]
 
 
 def _sample_boundaries(rows, qrows, idx, counts):
@@ -286,8 +356,10 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
   Consecutive identical samples are found with vectorised comparisons, so
   a 10^6-sample buffer becomes its runs without 10^6 Python dicts.
   """
-  rows = np.asarray(samples, dtype=float)[:n_samples].reshape(-1, 4)
-  qrows = np.asarray(queries, dtype=float)[:n_queries].reshape(-1, 3)
+  rows = np.asarray(samples, dtype=float)[:n_samples].reshape(
+      -1, len(SAMPLE_ROW))
+  qrows = np.asarray(queries, dtype=float)[:n_queries].reshape(
+      -1, len(QUERY_ROW))
   idx = qrows[:, 0].astype(int)
   if np.any(idx < 0) or np.any(idx >= len(rows)):
     raise ValueError("ledger buffers are corrupt: a sum query refers to "
@@ -302,12 +374,14 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
   ends = np.append(first[1:], len(rows))
   runs = []
   for i, end in zip(first, ends):
-    n, q, code, per_record = rows[i]
+    row = dict(zip(SAMPLE_ROW, rows[i]))
     sample = Sample(
-        int(round(n)), float(q), sampling_kind(code, f"samples[{i}] code"),
-        int(round(per_record)),
-        tuple((float(c), float(s))
-              for _, c, s in qrows[starts[i]:starts[i + 1]]))
+        population_size=int(round(row["population_size"])),
+        sampling_probability=float(row["sampling_probability"]),
+        sampling=sampling_kind(row["sampling_code"], f"samples[{i}] code"),
+        examples_per_record=int(round(row["examples_per_record"])),
+        sum_queries=tuple((float(c), float(s))
+                          for _, c, s in qrows[starts[i]:starts[i + 1]]))
     runs.append(Run(sample, int(end - i)))
   return runs
 
@@ -315,14 +389,12 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
 def buffers_from_runs(runs):
   """``(sample_rows, query_rows)`` arrays that record ``runs`` in order."""
   counts = np.array([r.count for r in runs], dtype=int)
-  rows = np.array([[r.sample.population_size, r.sample.selection_probability,
-                    sampling_code(r.sample.sampling),
-                    r.sample.examples_per_record] for r in runs],
-                  dtype=float).reshape(-1, 4)
+  rows = np.array([sample_row(r.sample) for r in runs],
+                  dtype=float).reshape(-1, len(SAMPLE_ROW))
   sample_rows = np.repeat(rows, counts, axis=0)
   per_run = np.array([len(r.sample.sum_queries) for r in runs], dtype=int)
   values = np.array([q for r in runs for q in r.sample.sum_queries],
-                    dtype=float).reshape(-1, 2)
+                    dtype=float).reshape(-1, len(QUERY_KEYS))
   run_start = np.concatenate([[0], np.cumsum(per_run)[:-1]]).astype(int)
   run_of_sample = np.repeat(np.arange(len(runs)), counts)
   per_sample = per_run[run_of_sample]
@@ -331,5 +403,9 @@ def buffers_from_runs(runs):
   pos = np.arange(len(sample_of_query)) - first_query[sample_of_query]
   source = run_start[run_of_sample[sample_of_query]] + pos
   query_rows = np.column_stack([sample_of_query.astype(float),
-                                values[source].reshape(-1, 2)])
-  return sample_rows, query_rows.reshape(-1, 3)
+                                values[source].reshape(-1, len(QUERY_KEYS))])
+  return sample_rows, query_rows.reshape(-1, len(QUERY_ROW))
+
+
+__getattr__ = deprecation.module_getattr(__name__, {
+    "WITHOUT_REPLACEMENT_KINDS": (__name__, "FIXED_SIZE_KINDS")})

@@ -20,7 +20,8 @@ import math
 import numpy as np
 from scipy import integrate
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 
 DEFAULT_MAX_LAMBDA = 64
 
@@ -40,12 +41,18 @@ def _integrate_log(log_f, lo, hi, points):
   return math.log(value) + shift
 
 
-def log_moment(q, noise_multiplier, lam):
-  """alpha(lambda) of one subsampled Gaussian step, by quadrature."""
-  q = _validation.check_probability("q", q)
-  sigma = _validation.check_noise_multiplier("noise_multiplier",
-                                             noise_multiplier)
-  lam = _validation.check_positive_int("lam", lam)
+@deprecation.renamed_keywords(q="sampling_probability")
+def log_moment(sampling_probability, noise_multiplier, lam):
+  """alpha(lambda) of one subsampled Gaussian step, by quadrature.
+
+  ``sampling_probability`` is q, the probability that a record is in the
+  lot (Poisson sampling).
+  """
+  q = checks.check_sampling_probability("sampling_probability",
+                                        sampling_probability)
+  sigma = checks.check_noise_multiplier("noise_multiplier",
+                                        noise_multiplier)
+  lam = checks.check_positive_int("lam", lam)
   if q == 0:
     return 0.0
 
@@ -66,15 +73,17 @@ def log_moment(q, noise_multiplier, lam):
   return max(log_e1, log_e2)
 
 
-def moments_accountant_epsilon(q, noise_multiplier, steps, delta,
-                               max_lambda=DEFAULT_MAX_LAMBDA):
+@deprecation.renamed_keywords(q="sampling_probability")
+def moments_accountant_epsilon(sampling_probability, noise_multiplier, steps,
+                               delta, max_lambda=DEFAULT_MAX_LAMBDA):
   """Epsilon of ``steps`` DP-SGD steps by Abadi et al.'s moments accountant.
 
   Privacy contract: same mechanism and neighbouring relation as
   ``compute_rdp`` (Poisson sampling, add/remove one record).
 
   Args:
-    q: Sampling probability (lot size / dataset size).
+    sampling_probability: q, the probability that a record is in a lot
+      (lot size / dataset size).
     noise_multiplier: Noise stddev divided by the clip norm.
     steps: Number of steps T.
     delta: Target delta.
@@ -83,12 +92,12 @@ def moments_accountant_epsilon(q, noise_multiplier, steps, delta,
   Returns:
     ``(epsilon, optimal_lambda)``.
   """
-  steps = _validation.check_steps("steps", steps)
-  delta = _validation.check_delta("delta", delta)
+  steps = checks.check_steps("steps", steps)
+  delta = checks.check_delta("delta", delta)
   best = (math.inf, None)
-  for lam in range(1, _validation.check_positive_int("max_lambda",
-                                                     max_lambda) + 1):
-    alpha = log_moment(q, noise_multiplier, lam)
+  for lam in range(1, checks.check_positive_int("max_lambda",
+                                                max_lambda) + 1):
+    alpha = log_moment(sampling_probability, noise_multiplier, lam)
     eps = (steps * alpha + math.log(1.0 / delta)) / lam
     if eps < best[0]:
       best = (eps, lam)

@@ -44,15 +44,17 @@ import collections
 import dataclasses
 import math
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 from tf_dp.analysis import pld_discrete
 from tf_dp.analysis import pld_gaussian
 
+# The sampling schemes the accountants know, by their one name each.
 POISSON = "poisson"
-WITHOUT_REPLACEMENT = "without_replacement"
-SAMPLINGS = (POISSON, WITHOUT_REPLACEMENT)
-_SAMPLING_ALIASES = {"poisson": POISSON, "fixed_size": WITHOUT_REPLACEMENT,
-                     "without_replacement": WITHOUT_REPLACEMENT}
+FIXED_SIZE = "fixed_size"
+SAMPLINGS = (POISSON, FIXED_SIZE)
+# Old spellings, accepted for one release with a DeprecationWarning.
+RENAMED_SAMPLINGS = {"without_replacement": FIXED_SIZE}
 
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 DEFAULT_TAIL_MASS = 1e-15
@@ -66,8 +68,8 @@ class GaussianEvent:
 
   Attributes:
     sampling: ``"poisson"`` (each record kept with probability ``q``;
-      add/remove-one neighbours, sensitivity C) or ``"without_replacement"``
-      (alias ``"fixed_size"``: a uniform batch of ``q * n`` records;
+      add/remove-one neighbours, sensitivity C) or ``"fixed_size"`` (a
+      uniform batch of ``q * n`` records drawn without replacement;
       replace-one neighbours, sensitivity 2C).
     sampling_probability: ``q`` in [0, 1].
     noise_multiplier: Noise stddev divided by the clip norm C; ``inf``
@@ -78,14 +80,12 @@ class GaussianEvent:
   noise_multiplier: float
 
   def __post_init__(self):
-    if self.sampling not in _SAMPLING_ALIASES:
-      raise ValueError(f"sampling must be one of {tuple(_SAMPLING_ALIASES)}; "
-                       f"got {self.sampling!r}.")
-    object.__setattr__(self, "sampling", _SAMPLING_ALIASES[self.sampling])
-    object.__setattr__(self, "sampling_probability", _validation.
+    object.__setattr__(self, "sampling", canonical_sampling(
+        self.sampling, stacklevel=6))
+    object.__setattr__(self, "sampling_probability", checks.
                        check_probability("sampling_probability",
                                          self.sampling_probability))
-    object.__setattr__(self, "noise_multiplier", _validation.
+    object.__setattr__(self, "noise_multiplier", checks.
                        check_noise_multiplier("noise_multiplier",
                                               self.noise_multiplier,
                                               allow_zero=True))
@@ -129,19 +129,15 @@ class PLDAccountant:
     h = (DEFAULT_VALUE_DISCRETIZATION_INTERVAL
          if value_discretization_interval is None
          else value_discretization_interval)
-    if not (isinstance(h, (int, float)) and 0 < h <= 1):
-      raise ValueError("value_discretization_interval must lie in (0, 1]; "
-                       f"got {value_discretization_interval!r}.")
-    tail = DEFAULT_TAIL_MASS if tail_mass is None else tail_mass
-    if not (isinstance(tail, (int, float)) and 0 <= tail < 1e-3):
-      raise ValueError(f"tail_mass must lie in [0, 1e-3); got {tail_mass!r}.")
-    self._h = float(h)
-    self._tail = float(tail)
-    if max_distinct_events is not None and not (
-        isinstance(max_distinct_events, int) and max_distinct_events >= 1):
-      raise ValueError("max_distinct_events must be None or an integer >= 1; "
-                       f"got {max_distinct_events!r}.")
-    self._max_distinct = max_distinct_events
+    self._h = checks.check_real("value_discretization_interval", h,
+                                low=0.0, high=1.0, low_open=True)
+    self._tail = checks.check_real(
+        "tail_mass", DEFAULT_TAIL_MASS if tail_mass is None else tail_mass,
+        low=0.0, high=1e-3, high_open=True)
+    self._max_distinct = (None if max_distinct_events is None else
+                          checks.check_positive_int(
+                              "max_distinct_events", max_distinct_events,
+                              " None composes every event exactly."))
     self._counts = collections.Counter()
     self._non_private = False
     self._cache = None
@@ -154,7 +150,7 @@ class PLDAccountant:
     """Adds ``count`` repetitions of ``event``; returns ``self``."""
     if not isinstance(event, GaussianEvent):
       raise ValueError(f"event must be a GaussianEvent; got {event!r}.")
-    count = _validation.check_steps("count", count)
+    count = checks.check_steps("count", count)
     if count == 0 or event.is_noop:
       return self
     if event.is_non_private:
@@ -200,14 +196,14 @@ class PLDAccountant:
 
   def get_delta(self, epsilon):
     """Smallest delta such that the composition is (epsilon, delta)-DP."""
-    epsilon = _validation.check_epsilon("epsilon", epsilon)
+    epsilon = checks.check_epsilon("epsilon", epsilon)
     if self._non_private:
       return 1.0
     return min(1.0, max(p.get_delta(epsilon) for p in self._orderings()))
 
   def get_epsilon(self, delta):
     """Smallest epsilon such that the composition is (epsilon, delta)-DP."""
-    delta = _validation.check_delta("delta", delta)
+    delta = checks.check_delta("delta", delta)
     if self._non_private:
       return math.inf
     return max(p.get_epsilon(delta) for p in self._orderings())
@@ -249,6 +245,20 @@ def coarsen_events(counts, max_distinct):
   return out
 
 
+def canonical_sampling(sampling, stacklevel=4):
+  """``sampling`` by its one name: ``"poisson"`` or ``"fixed_size"``.
+
+  The old spelling ``"without_replacement"`` is accepted with a
+  ``DeprecationWarning``.
+
+  Raises:
+    ValueError: naming ``sampling`` if it is neither.
+  """
+  sampling = deprecation.renamed_value("sampling", sampling,
+                                       RENAMED_SAMPLINGS, stacklevel)
+  return checks.check_choice("sampling", sampling, SAMPLINGS)
+
+
 def single_event_pld(direction, q, sigma, sens, h, tail_mass):
   """Connect-the-dots discrete PLD of one subsampled Gaussian pair."""
   lo, hi = pld_gaussian.loss_range(direction, q, sigma, sens, tail_mass)
@@ -256,9 +266,19 @@ def single_event_pld(direction, q, sigma, sens, h, tail_mass):
       pld_gaussian.privacy_profile(direction, q, sigma, sens), lo, hi, h)
 
 
-def dp_sgd_pld_epsilon(q, noise_multiplier, steps, delta, sampling=POISSON,
-                       value_discretization_interval=None):
-  """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting."""
+@deprecation.renamed_keywords(q="sampling_probability")
+def dp_sgd_pld_epsilon(sampling_probability, noise_multiplier, steps, delta,
+                       sampling=POISSON, value_discretization_interval=None):
+  """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting.
+
+  Privacy contract: as ``PLDAccountant`` for ``steps`` repetitions of
+  ``GaussianEvent(sampling, sampling_probability, noise_multiplier)``.
+  """
   acc = PLDAccountant(value_discretization_interval)
-  acc.compose(GaussianEvent(sampling, q, noise_multiplier), steps)
+  acc.compose(GaussianEvent(canonical_sampling(sampling),
+                            sampling_probability, noise_multiplier), steps)
   return acc.get_epsilon(delta)
+
+
+__getattr__ = deprecation.module_getattr(__name__, {
+    "WITHOUT_REPLACEMENT": (__name__, "FIXED_SIZE")})

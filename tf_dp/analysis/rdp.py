@@ -40,7 +40,8 @@ import math
 import numpy as np
 from scipy import special
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
+from tf_dp.analysis import deprecation
 
 # Orders used when the caller gives none: dense where DP-SGD optima usually
 # lie, sparse above, up to 1024 for very small epsilon.
@@ -226,20 +227,23 @@ def _rdp_per_step(q, sigmas, orders):
 
 def _orders_array(orders):
   """``orders`` (the default list if None) validated by ``check_orders``."""
-  return _validation.check_orders(DEFAULT_ORDERS if orders is None
-                                  else orders)
+  return checks.check_orders(DEFAULT_ORDERS if orders is None
+                             else orders)
 
 
-def compute_rdp(q, noise_multiplier, steps, orders=None):
+@deprecation.renamed_keywords(q="sampling_probability")
+def compute_rdp(sampling_probability, noise_multiplier, steps, orders=None):
   """RDP of ``steps`` compositions of the Poisson-subsampled Gaussian.
 
   Privacy contract: valid for add/remove-one neighbouring datasets when each
-  record is included independently with probability ``q``, its contribution
+  record is included independently with probability
+  ``q = sampling_probability``, its contribution
   is clipped to L2 norm ``C``, and N(0, (noise_multiplier*C)^2 I) is added
   once to the sum of the sample.
 
   Args:
-    q: Sampling probability in [0, 1].
+    sampling_probability: q, the probability that a record is in a lot,
+      in [0, 1].
     noise_multiplier: Ratio of the noise stddev to the L2 clip norm, > 0
       (``inf`` releases nothing: RDP 0).
     steps: Number of compositions, integer >= 0.
@@ -256,10 +260,11 @@ def compute_rdp(q, noise_multiplier, steps, orders=None):
   Example:
     >>> rdp = compute_rdp(0.01, 4.0, 10000, [2, 32])
   """
-  q = _validation.check_probability("q", q)
-  noise_multiplier = _validation.check_noise_multiplier(
+  q = checks.check_sampling_probability("sampling_probability",
+                                        sampling_probability)
+  noise_multiplier = checks.check_noise_multiplier(
       "noise_multiplier", noise_multiplier)
-  steps = _validation.check_steps("steps", steps)
+  steps = checks.check_steps("steps", steps)
   orders = _orders_array(orders)
   if steps == 0:  # Nothing released (and no inf * 0 at order inf).
     return np.zeros(len(orders))
@@ -270,8 +275,9 @@ def compute_heterogeneous_rdp(events, orders=None):
   """RDP of a composition of differently parameterised Gaussian steps.
 
   Args:
-    events: Iterable of ``(q, noise_multiplier, steps)`` triples, each a
-      Poisson-subsampled Gaussian repeated ``steps`` times.
+    events: Iterable of ``(sampling_probability, noise_multiplier,
+      steps)`` triples, each a Poisson-subsampled Gaussian repeated
+      ``steps`` times.
     orders: Renyi orders; ``DEFAULT_ORDERS`` if None.
 
   Returns:
@@ -282,13 +288,13 @@ def compute_heterogeneous_rdp(events, orders=None):
   groups = {}
   for i, event in enumerate(events):
     if not isinstance(event, (tuple, list)) or len(event) != 3:
-      raise ValueError(f"events[{i}] must be a (q, noise_multiplier, steps) "
-                       f"triple; got {event!r}.")
+      raise ValueError(f"events[{i}] must be a (sampling_probability, "
+                       f"noise_multiplier, steps) triple; got {event!r}.")
     q, noise_multiplier, steps = event
-    q = _validation.check_probability("q", q)
-    sigma = _validation.check_noise_multiplier(
+    q = checks.check_sampling_probability("sampling_probability", q)
+    sigma = checks.check_noise_multiplier(
         "noise_multiplier", noise_multiplier)
-    steps = _validation.check_steps("steps", steps)
+    steps = checks.check_steps("steps", steps)
     by_sigma = groups.setdefault(q, {})
     by_sigma[sigma] = by_sigma.get(sigma, 0) + steps
   total = np.zeros(len(orders))

@@ -2,29 +2,52 @@
 
 Every question of the form "the largest number of steps / batch size, or
 the smallest noise multiplier, that keeps epsilon within a target" is the
-boundary of a monotone predicate. ``monotone_boundary`` finds it by
-doubling the distance from a known point (so it needs no upper bound) and
-then bisecting; ``calibration`` and ``budget`` all call it.
+boundary of a monotone predicate. ``bracket`` finds a point where the
+predicate fails by doubling the distance from a known point (so it needs no
+upper bound); ``monotone_boundary`` then bisects that bracket.
+``calibration``, ``budget``, the compat noise search and DP dropout's
+calibration all call them.
 """
 
-import math
-import numbers
+from tf_dp.analysis import checks
 
 
-def check_tolerance(name, value):
-  """Checks a relative tolerance: a finite real in (0, 1)."""
-  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-      or math.isnan(value) or not 0 < value < 1):
-    raise ValueError(f"{name} must be a real number in (0, 1); got {value!r}.")
-  return float(value)
+def bracket(predicate, start, limit):
+  """Doubles away from ``start`` until a monotone predicate fails.
+
+  ``predicate`` must be True at ``start`` (not evaluated there) and, once
+  False, False for every larger argument. Points ``start + 1, start + 2,
+  start + 4, ...`` (never beyond ``limit``) are probed in turn.
+
+  Args:
+    predicate: Function of one number returning a bool.
+    start: A point where the predicate holds.
+    limit: The largest point ever probed.
+
+  Returns:
+    ``(lo, hi)``: the last probe where the predicate held (or ``start``)
+    and the first where it failed; ``hi`` is None when it still holds at
+    ``limit`` (then ``lo = limit``) or no probe fits below ``limit``.
+  """
+  lo, gap = start, 1
+  while True:
+    probe = min(start + gap, limit)
+    if probe <= lo:
+      return lo, None
+    if not predicate(probe):
+      return lo, probe
+    lo = probe
+    if probe >= limit:
+      return lo, None
+    gap *= 2
 
 
 def monotone_boundary(predicate, start, limit, integer=True, tolerance=None):
   """Brackets the point where a monotone predicate turns from True to False.
 
   ``predicate`` must be True at ``start`` (not evaluated there) and, once
-  False, False for every larger argument. Points ``start + 1, start + 2,
-  start + 4, ...`` are probed until the predicate is False or ``limit`` is
+  False, False for every larger argument. ``bracket`` probes ``start + 1,
+  start + 2, start + 4, ...`` until the predicate is False or ``limit`` is
   passed, then the bracket is bisected.
 
   Args:
@@ -44,19 +67,10 @@ def monotone_boundary(predicate, start, limit, integer=True, tolerance=None):
     ValueError: if a real-valued search has no valid ``tolerance``.
   """
   if not integer:
-    tolerance = check_tolerance("tolerance", tolerance)
-  lo, gap = start, 1
-  while True:
-    probe = min(start + gap, limit)
-    if probe <= lo:
-      return lo, None
-    if not predicate(probe):
-      hi = probe
-      break
-    lo = probe
-    if probe >= limit:
-      return lo, None
-    gap *= 2
+    tolerance = checks.check_tolerance("tolerance", tolerance)
+  lo, hi = bracket(predicate, start, limit)
+  if hi is None:
+    return lo, None
   while (hi - lo > 1) if integer else (hi - lo > max(tolerance * hi, 1e-12)):
     mid = (lo + hi) // 2 if integer else (lo + hi) / 2
     if predicate(mid):

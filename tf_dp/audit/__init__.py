@@ -1,16 +1,15 @@
-"""Empirical privacy audits: lower bounds on epsilon from distinguishing tests.
+"""Old home of ``tf_dp.reproductions.audit`` (kept for one release).
 
-A (epsilon, delta)-DP mechanism bounds every test's error rates:
-``FPR + e^eps FNR >= 1 - delta`` and ``FNR + e^eps FPR >= 1 - delta``
-(Kairouz, Oh & Viswanath 2015). Running a mechanism many times on
-neighbouring inputs, thresholding its output, and bounding the error rates
-with Clopper-Pearson intervals gives an epsilon that the mechanism provably
-exceeds with the stated confidence. If that lower bound is above the
-accountant's epsilon, the implementation (or the accountant) is broken.
+Importing it warns with a ``DeprecationWarning``; its names and submodules
+are those of ``tf_dp.reproductions.audit``.
 """
 
-from tf_dp.audit.bounds import clopper_pearson
-from tf_dp.audit.bounds import epsilon_lower_bound
-from tf_dp.audit.bounds import best_threshold_epsilon_lower_bound
-from tf_dp.audit.broken_queries import ClipOffQuery
-from tf_dp.audit.broken_queries import NoiseOffQuery
+from tf_dp.analysis import deprecation
+from tf_dp.reproductions.audit import ClipOffQuery  # pylint: disable=unused-import
+from tf_dp.reproductions.audit import NoiseOffQuery  # pylint: disable=unused-import
+from tf_dp.reproductions.audit import best_threshold_epsilon_lower_bound  # pylint: disable=unused-import
+from tf_dp.reproductions.audit import clopper_pearson  # pylint: disable=unused-import
+from tf_dp.reproductions.audit import epsilon_lower_bound  # pylint: disable=unused-import
+
+deprecation.warn(__name__, "tf_dp.reproductions.audit", "module",
+                 stacklevel=3)

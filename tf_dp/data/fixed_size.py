@@ -10,6 +10,7 @@ of every other lot. Train with ``DPOptimizer(..., sampling="fixed_size")``.
 
 import tensorflow as tf
 
+from tf_dp.analysis import checks
 from tf_dp.data import lots
 
 
@@ -31,7 +32,7 @@ def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
   """
   n = len(tf.nest.flatten(x)[0])
   batches_per_lot = lots.check_batches_per_lot(batches_per_lot)
-  lot = int(batch_size) * batches_per_lot
+  lot = checks.check_positive_int("batch_size", batch_size) * batches_per_lot
   if not 1 <= lot <= n:
     raise ValueError(f"batch_size * batches_per_lot must lie in [1, n={n}]; "
                      f"got {lot}.")

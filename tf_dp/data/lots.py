@@ -11,14 +11,13 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.analysis import checks
+
 
 def check_batches_per_lot(batches_per_lot):
-  if isinstance(batches_per_lot, bool) or not (
-      isinstance(batches_per_lot, (int, np.integer)) and batches_per_lot >= 1):
-    raise ValueError("batches_per_lot must be an integer >= 1 (the "
-                     "DPOptimizer's gradient_accumulation_steps); got "
-                     f"{batches_per_lot!r}.")
-  return int(batches_per_lot)
+  return checks.check_positive_int(
+      "batches_per_lot", batches_per_lot,
+      " It is the DPOptimizer's gradient_accumulation_steps.")
 
 
 def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream):

@@ -17,6 +17,7 @@ import math
 
 import tensorflow as tf
 
+from tf_dp.analysis import checks
 from tf_dp.data import lots
 
 
@@ -51,9 +52,9 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
       ``num_steps * batches_per_lot`` batches).
   """
   n = len(tf.nest.flatten(x)[0])
-  if not 0 < sampling_probability <= 1:
-    raise ValueError("sampling_probability must lie in (0, 1]; got "
-                     f"{sampling_probability!r}.")
+  sampling_probability = checks.check_real(
+      "sampling_probability", sampling_probability, low=0.0, high=1.0,
+      low_open=True)
   batches_per_lot = lots.check_batches_per_lot(batches_per_lot)
   if max_batch_size is None:
     max_batch_size = default_max_batch_size(n, sampling_probability)

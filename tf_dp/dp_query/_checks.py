@@ -1,20 +1,11 @@
-"""Constructor argument checks with messages that name the argument."""
+"""Old private home of the mechanisms' argument checks: now
+``tf_dp.analysis.checks`` (the one argument-check module).
 
-import math
-import numbers
+Kept, without logic of its own, for ``tf_dp/keras/dp_batch_norm.py`` until
+it imports ``tf_dp.analysis.checks``; remove it then.
+"""
 
+from tf_dp.analysis import checks
 
-def non_negative(name, value, hint=""):
-  """Returns ``value`` as a float, or raises a ValueError naming ``name``."""
-  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-      or math.isnan(value) or value < 0 or math.isinf(value)):
-    raise ValueError(
-        f"{name} must be a finite real number >= 0; got {value!r}.{hint}")
-  return float(value)
-
-
-def positive(name, value, hint=""):
-  value = non_negative(name, value, hint)
-  if value == 0:
-    raise ValueError(f"{name} must be > 0; got 0.{hint}")
-  return value
+non_negative = checks.check_non_negative
+positive = checks.check_positive

@@ -11,7 +11,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import gaussian_query
 
@@ -49,8 +49,8 @@ class BatchNormStatsQuery(dp_query.SumAggregationDPQuery):
                noise_seed=None, secure_mode=False):
     self._sum_query = gaussian_query.GaussianSumQuery(l2_norm_clip, stddev,
                                                       noise_seed, secure_mode)
-    self._expected = _checks.positive("expected_num_records",
-                                      expected_num_records)
+    self._expected = checks.check_positive("expected_num_records",
+                                           expected_num_records)
 
   def initial_global_state(self):
     return self._sum_query.initial_global_state()

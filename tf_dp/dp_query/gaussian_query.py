@@ -4,7 +4,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import clipping
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
@@ -49,8 +49,9 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
 
   def __init__(self, l2_norm_clip, stddev, noise_seed=None,
                secure_mode=False):
-    self._l2_norm_clip = _checks.non_negative("l2_norm_clip", l2_norm_clip)
-    self._stddev = _checks.non_negative(
+    self._l2_norm_clip = checks.check_non_negative("l2_norm_clip",
+                                                   l2_norm_clip)
+    self._stddev = checks.check_non_negative(
         "stddev", stddev, " Use stddev = noise_multiplier * l2_norm_clip.")
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 

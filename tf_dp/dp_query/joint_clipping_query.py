@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import gaussian_query
 from tf_dp.dp_query import nest_utils
 
@@ -31,7 +31,7 @@ class JointClippingQuery(gaussian_query.GaussianSumQuery):
   def __init__(self, scales, l2_norm_clip, stddev, noise_seed=None):
     super().__init__(l2_norm_clip, stddev, noise_seed)
     for i, a in enumerate(tf.nest.flatten(scales)):
-      _checks.positive(f"scales[{i}]", a)
+      checks.check_positive(f"scales[{i}]", a)
     self._scales = scales
 
   def _apply_scales(self, record, fn):

@@ -11,7 +11,7 @@ import math
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import gaussian_query
 
@@ -47,12 +47,10 @@ class DPMetricsQuery(dp_query.SumAggregationDPQuery):
   """
 
   def __init__(self, num_classes, stddev, noise_seed=None, secure_mode=False):
-    if not isinstance(num_classes, int) or num_classes < 1:
-      raise ValueError(f"num_classes must be an int >= 1; got {num_classes!r}.")
-    self._num_classes = num_classes
+    self._num_classes = checks.check_positive_int("num_classes", num_classes)
     self._sum_query = gaussian_query.GaussianSumQuery(
-        METRICS_L2_BOUND, _checks.non_negative("stddev", stddev), noise_seed,
-        secure_mode)
+        METRICS_L2_BOUND, checks.check_non_negative("stddev", stddev),
+        noise_seed, secure_mode)
 
   def initial_global_state(self):
     return self._sum_query.initial_global_state()

@@ -4,7 +4,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
 
 NormalizedState = collections.namedtuple(
@@ -27,7 +27,7 @@ class NormalizedQuery(dp_query.DPQuery):
 
   def __init__(self, numerator_query, denominator):
     self._numerator = numerator_query
-    self._denominator = _checks.positive(
+    self._denominator = checks.check_positive(
         "denominator", denominator,
         " It is the expected number of records per sample (q * n).")
 

@@ -20,7 +20,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import clipping
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
@@ -60,17 +60,17 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
                target_unclipped_quantile, learning_rate, clipped_count_stddev,
                expected_num_records, geometric_update=True, noise_seed=None,
                secure_mode=False):
-    self._clip = _checks.positive("initial_l2_norm_clip",
-                                  initial_l2_norm_clip)
-    self._z = _checks.non_negative("noise_multiplier", noise_multiplier)
-    self._target = quantile_lib.check_quantile("target_unclipped_quantile",
-                                               target_unclipped_quantile)
+    self._clip = checks.check_positive("initial_l2_norm_clip",
+                                       initial_l2_norm_clip)
+    self._z = checks.check_non_negative("noise_multiplier", noise_multiplier)
+    self._target = checks.check_probability("target_unclipped_quantile",
+                                            target_unclipped_quantile)
     self._lr = quantile_lib.check_learning_rate(learning_rate)
     self._geometric = bool(geometric_update)
-    self._count_stddev = _checks.non_negative("clipped_count_stddev",
-                                              clipped_count_stddev)
-    self._expected = _checks.positive("expected_num_records",
-                                      expected_num_records)
+    self._count_stddev = checks.check_non_negative("clipped_count_stddev",
+                                                   clipped_count_stddev)
+    self._expected = checks.check_positive("expected_num_records",
+                                           expected_num_records)
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
   def initial_global_state(self):

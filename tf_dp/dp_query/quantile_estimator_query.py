@@ -18,7 +18,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import no_privacy_query
@@ -33,14 +33,7 @@ def check_learning_rate(learning_rate):
   """A float >= 0, or a ``tf.Variable`` read at every update."""
   if isinstance(learning_rate, tf.Variable):
     return learning_rate
-  return _checks.non_negative("learning_rate", learning_rate)
-
-
-def check_quantile(name, value):
-  value = _checks.non_negative(name, value)
-  if value > 1:
-    raise ValueError(f"{name} must lie in [0, 1]; got {value!r}.")
-  return value
+  return checks.check_non_negative("learning_rate", learning_rate)
 
 
 def updated_estimate(estimate, below_fraction, target, learning_rate,
@@ -83,15 +76,16 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
   def __init__(self, initial_estimate, target_quantile, learning_rate,
                below_estimate_stddev, expected_num_records,
                geometric_update=True, noise_seed=None, secure_mode=False):
-    self._initial = _checks.non_negative(
+    self._initial = checks.check_non_negative(
         "initial_estimate", initial_estimate) if geometric_update else float(
             initial_estimate)
-    self._target = check_quantile("target_quantile", target_quantile)
+    self._target = checks.check_probability("target_quantile",
+                                            target_quantile)
     self._lr = check_learning_rate(learning_rate)
-    self._stddev = _checks.non_negative("below_estimate_stddev",
-                                        below_estimate_stddev)
-    self._expected = _checks.positive("expected_num_records",
-                                      expected_num_records)
+    self._stddev = checks.check_non_negative("below_estimate_stddev",
+                                             below_estimate_stddev)
+    self._expected = checks.check_positive("expected_num_records",
+                                           expected_num_records)
     self._geometric = bool(geometric_update)
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 

@@ -23,7 +23,7 @@ import warnings
 
 from scipy import optimize
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 from tf_dp.analysis import conversion
 from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.analysis import pld
@@ -42,7 +42,7 @@ _POISSON_WARNING = (
     "record, as TF Privacy's did. Keras fit(shuffle=True) draws shuffled "
     "batches, which tf_dp accounts as fixed-size sampling (a larger epsilon):"
     " use tf_dp.analysis.compute_dp_sgd_privacy(..., sampling="
-    "'without_replacement'), or read the epsilon of the run from "
+    "'fixed_size'), or read the epsilon of the run from "
     "optimizer.ledger with tf_dp.analysis.compute_epsilon_from_ledger.")
 
 
@@ -166,14 +166,14 @@ def _user_epsilon(num_epochs, noise_multiplier, user_delta, k,
 def _check_statement_args(number_of_examples, batch_size, num_epochs,
                           noise_multiplier, delta, max_examples_per_user,
                           accountant_type):
-  _validation.check_dataset(number_of_examples, batch_size)
-  _validation.check_epochs("num_epochs", num_epochs)
-  _validation.check_noise_multiplier("noise_multiplier", noise_multiplier,
-                                     allow_zero=True)
-  _validation.check_delta("delta", delta)
+  checks.check_dataset(number_of_examples, batch_size)
+  checks.check_epochs("num_epochs", num_epochs)
+  checks.check_noise_multiplier("noise_multiplier", noise_multiplier,
+                                allow_zero=True)
+  checks.check_delta("delta", delta)
   if max_examples_per_user is not None:
-    _validation.check_positive_int("max_examples_per_user",
-                                   max_examples_per_user)
+    checks.check_positive_int("max_examples_per_user",
+                              max_examples_per_user)
   return AccountantType(getattr(accountant_type, "value", accountant_type))
 
 

@@ -5,7 +5,7 @@ Pure Python: no TensorFlow is imported.
 
 import warnings
 
-from tf_dp.analysis import _validation
+from tf_dp.analysis import checks
 from tf_dp.analysis import search
 from tf_dp.compat.tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib
 
@@ -28,7 +28,7 @@ def compute_noise(n, batch_size, target_epsilon, epochs, delta, noise_lbd):
   (target_epsilon, delta)-DP by the RDP accounting of
   ``compute_dp_sgd_privacy`` (TF Privacy's orders, tight conversion).
   Shuffled Keras batches need ``tf_dp.analysis.compute_noise_multiplier(...,
-  sampling="without_replacement")`` instead.
+  sampling="fixed_size")`` instead.
 
   Args:
     n, batch_size, target_epsilon, epochs, delta: As TF Privacy's.
@@ -43,10 +43,10 @@ def compute_noise(n, batch_size, target_epsilon, epochs, delta, noise_lbd):
     ValueError: on an invalid argument, or a target no noise multiplier up
       to 1e4 meets.
   """
-  _validation.check_dataset(n, batch_size)
-  target_epsilon = _validation.check_epsilon("target_epsilon", target_epsilon,
-                                             allow_zero=False)
-  noise_lbd = _validation.check_noise_multiplier("noise_lbd", noise_lbd)
+  checks.check_dataset(n, batch_size)
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon,
+                                        allow_zero=False)
+  noise_lbd = checks.check_noise_multiplier("noise_lbd", noise_lbd)
 
   def too_private(z):  # True while z still misses the target.
     return _rdp_epsilon(n, batch_size, z, epochs, delta) > target_epsilon

@@ -1,12 +1,14 @@
 """TF Privacy's (deprecated) ``rdp_accountant`` module: tf_dp's RDP.
 
-Same functions and arguments; a scalar order gives a scalar, as in TF
+Same functions and arguments (TF Privacy's names: ``q`` is tf_dp's
+``sampling_probability``); a scalar order gives a scalar, as in TF
 Privacy. Differences:
 
 * ``get_privacy_spent`` uses the tight RDP-to-DP conversion (Balle et al.
   2020), as TF Privacy's last versions did through ``dp_accounting``.
-* ``compute_rdp_sample_without_replacement`` is tf_dp's bound for the
-  replace-one neighbour relation with sensitivity 2C (one replaced record
+* ``compute_rdp_sample_without_replacement`` is tf_dp's
+  ``compute_rdp_fixed_size``: the bound for the replace-one neighbour
+  relation with sensitivity 2C (one replaced record
   moves the clipped sum by up to 2C); TF Privacy's was for sensitivity C,
   so tf_dp's values are larger: the safe ones.
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from tf_dp.analysis import conversion
 from tf_dp.analysis import rdp
-from tf_dp.analysis import rdp_without_replacement
+from tf_dp.analysis import rdp_fixed_size
 
 
 def _with_orders(fn, orders):
@@ -28,16 +30,18 @@ def _with_orders(fn, orders):
 
 
 def compute_rdp(q, noise_multiplier, steps, orders):
-  """RDP of the Poisson-subsampled Gaussian: ``tf_dp.analysis.compute_rdp``."""
+  """RDP of the Poisson-subsampled Gaussian: ``tf_dp.analysis.compute_rdp``
+  with ``sampling_probability=q``."""
   return _with_orders(lambda o: rdp.compute_rdp(q, noise_multiplier, steps, o),
                       orders)
 
 
 def compute_rdp_sample_without_replacement(q, noise_multiplier, steps, orders):
   """RDP of fixed-size samples, replace-one neighbours, sensitivity 2C:
-  ``tf_dp.analysis.compute_rdp_sample_without_replacement``."""
+  ``tf_dp.analysis.compute_rdp_fixed_size`` with
+  ``sampling_probability=q``."""
   return _with_orders(
-      lambda o: rdp_without_replacement.compute_rdp_sample_without_replacement(
+      lambda o: rdp_fixed_size.compute_rdp_fixed_size(
           q, noise_multiplier, steps, o), orders)
 
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from tf_dp import analysis
+from tf_dp.reproductions import dpd_accounting
 
 
 def test_ac_as_published_reproduces_the_paper_sigma():
   # MNIST: nu = 0.01, E = 200 (T = 20000), delta = 1e-4, eps = 0.5 -> 10.88.
   with pytest.warns(UserWarning, match="does not hold"):
-    sigma = analysis.dpd_noise_multiplier(0.5, 1e-4, 0.01, 20000, "ac",
-                                          as_published=True)
+    sigma = dpd_accounting.dpd_noise_multiplier(0.5, 1e-4, 0.01, 20000,
+                                                "ac", as_published=True)
   assert sigma == pytest.approx(10.876, abs=0.001)
 
 
@@ -23,7 +24,8 @@ def test_ac_hand_value():
   e1 = math.log(1 + nu * (math.exp(e_it) - 1))
   hand = math.sqrt(2 * k * math.log(1 / d_iter)) * e1 + k * e1 * (
       math.exp(e1) - 1)
-  assert analysis.dpd_epsilon(sigma, delta, nu, k, "ac") == pytest.approx(hand)
+  assert dpd_accounting.dpd_epsilon(sigma, delta, nu, k,
+                                    "ac") == pytest.approx(hand)
 
 
 def test_zcdp_hand_value_and_inverse():
@@ -33,9 +35,9 @@ def test_zcdp_hand_value_and_inverse():
                                     / sigma) - 1))
   rho = k * e1 ** 2 / (4 * math.log(1.25 / (nu * d_iter)))
   hand = rho + 2 * math.sqrt(rho * math.log(1 / delta))
-  eps = analysis.dpd_epsilon(sigma, delta, nu, k, "zcdp")
+  eps = dpd_accounting.dpd_epsilon(sigma, delta, nu, k, "zcdp")
   assert eps == pytest.approx(hand)
-  assert analysis.dpd_noise_multiplier(eps, delta, nu, k, "zcdp") == (
+  assert dpd_accounting.dpd_noise_multiplier(eps, delta, nu, k, "zcdp") == (
       pytest.approx(sigma, rel=1e-8))
 
 
@@ -43,8 +45,8 @@ def test_zcdp_as_published_reproduces_the_papers_3_23():
   # MNIST: J = E = 200 passes, delta_iter = delta / T (T = 20000) and the
   # paper's approximate rho = eps^2 / (4 log(1/delta)): sigma = 3.228.
   with pytest.warns(UserWarning, match="does not hold"):
-    sigma = analysis.dpd_noise_multiplier(0.5, 1e-4, 0.01, 20000, "zcdp",
-                                          as_published=True)
+    sigma = dpd_accounting.dpd_noise_multiplier(0.5, 1e-4, 0.01, 20000,
+                                                "zcdp", as_published=True)
   assert round(sigma, 2) == 3.23
   assert sigma == pytest.approx(3.2279, abs=1e-4)
 
@@ -58,8 +60,8 @@ def test_zcdp_as_published_hand_value_and_exact_conversion():
                                   / sigma))
   rho = passes * e1 ** 2 / (4 * math.log(1.25 / (nu * d_iter)))
   with pytest.warns(UserWarning):
-    eps = analysis.dpd_epsilon(sigma, delta, nu, iters, "zcdp",
-                               as_published=True)
+    eps = dpd_accounting.dpd_epsilon(sigma, delta, nu, iters, "zcdp",
+                                     as_published=True)
   assert eps == pytest.approx(2 * math.sqrt(rho * math.log(1 / delta)),
                               rel=1e-12)
   assert rho + 2 * math.sqrt(rho * math.log(1 / delta)) == pytest.approx(
@@ -67,8 +69,8 @@ def test_zcdp_as_published_hand_value_and_exact_conversion():
 
 
 def test_nothing_sampled_or_infinite_noise_costs_nothing():
-  assert analysis.dpd_epsilon(1.0, 1e-4, 0.0, 100, "zcdp") == 0.0
-  assert analysis.dpd_epsilon(math.inf, 1e-4, 0.01, 100, "ac") == 0.0
+  assert dpd_accounting.dpd_epsilon(1.0, 1e-4, 0.0, 100, "zcdp") == 0.0
+  assert dpd_accounting.dpd_epsilon(math.inf, 1e-4, 0.01, 100, "ac") == 0.0
 
 
 def test_published_sigma_does_not_deliver_the_claimed_epsilon():
@@ -78,33 +80,52 @@ def test_published_sigma_does_not_deliver_the_claimed_epsilon():
   eps, _ = analysis.compute_dp_sgd_privacy(60000, 600, 3.23, 200, 1e-4,
                                            accountant="rdp")
   assert eps == pytest.approx(1.67, abs=0.01)
-  assert analysis.dpd_epsilon(3.23, 1e-4, 0.01, 20000, "zcdp") > 0.5
+  assert dpd_accounting.dpd_epsilon(3.23, 1e-4, 0.01, 20000, "zcdp") > 0.5
 
 
 def test_honest_composition_needs_more_noise():
   for method in ("ac", "zcdp"):
     with pytest.warns(UserWarning):
-      published = analysis.dpd_noise_multiplier(1.0, 1e-4, 0.05, 2000, method,
-                                                as_published=True)
-    honest = analysis.dpd_noise_multiplier(1.0, 1e-4, 0.05, 2000, method)
+      published = dpd_accounting.dpd_noise_multiplier(
+          1.0, 1e-4, 0.05, 2000, method, as_published=True)
+    honest = dpd_accounting.dpd_noise_multiplier(1.0, 1e-4, 0.05, 2000, method)
     assert honest > published
 
 
 def test_dropout_rates():
-  rates = analysis.dpd_dropout_rates(2.0, 3.0, [0.5, -1.0])
+  rates = dpd_accounting.dpd_dropout_rates(2.0, 3.0, [0.5, -1.0])
   np.testing.assert_allclose(rates, [4 * 9 * 4 / 0.25, 4 * 9 * 4])
 
 
 @pytest.mark.parametrize("kwargs,name", [
     (dict(noise_multiplier=0.0), "noise_multiplier"),
     (dict(delta=2.0), "delta"),
-    (dict(sampling_rate=1.5), "sampling_rate"),
+    (dict(sampling_probability=1.5), "sampling_probability"),
     (dict(iterations=0), "iterations"),
     (dict(method="rdp"), "method"),
 ])
 def test_invalid_arguments(kwargs, name):
-  args = dict(noise_multiplier=1.0, delta=1e-4, sampling_rate=0.1,
+  args = dict(noise_multiplier=1.0, delta=1e-4, sampling_probability=0.1,
               iterations=10, method="ac")
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
-    analysis.dpd_epsilon(**args)
+    dpd_accounting.dpd_epsilon(**args)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: dpd_accounting.dpd_epsilon(1.0, 1e-4, 0.1, 10, method=["ac"]),
+     "method"),
+    (lambda: dpd_accounting.dpd_noise_multiplier(0.0, 1e-4, 0.1, 10),
+     "epsilon"),
+    (lambda: dpd_accounting.dpd_dropout_rates(1.0, math.nan, [0.5]),
+     "l2_norm_clip"),
+])
+def test_value_error_names_the_argument(call, name):
+  with pytest.raises(ValueError, match=rf"\b{name}\b"):
+    call()
+
+
+def test_out_of_reach_target_is_an_error():
+  # Even sigma = 2^23 misses epsilon 1e-9 (the search stops there).
+  with pytest.raises(ValueError, match="out of reach"):
+    dpd_accounting.dpd_noise_multiplier(1e-9, 1e-4, 0.5, 10 ** 6, "ac")

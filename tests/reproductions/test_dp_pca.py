@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tf_dp import analysis
-from tf_dp.dp_pca import dp_principal_directions
+from tf_dp.reproductions.dp_pca import dp_principal_directions
 from tf_dp.privacy_ledger import PrivacyLedger
 
 
@@ -39,7 +39,7 @@ def test_noisy_release_is_close_with_many_records_and_is_one_ledger_entry():
   assert _principal_angles_sin(dirs, basis) < 0.2
   samples = ledger.to_dict()["samples"]
   assert len(samples) == 1
-  assert samples[0]["selection_probability"] == pytest.approx(1 / 3)
+  assert samples[0]["sampling_probability"] == pytest.approx(1 / 3)
   assert samples[0]["sum_queries"] == [
       {"l2_norm_clip": 1.0, "noise_stddev": 4.0}]
   eps, _ = analysis.compute_epsilon_from_ledger(ledger, 1e-5,

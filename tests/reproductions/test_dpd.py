@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import tf_dp
-from tf_dp.keras import dpd
-from tf_dp.keras.dpd import make_dpd_optimizer
+from tf_dp.reproductions import dpd
+from tf_dp.reproductions.dpd import make_dpd_optimizer
 from tests.keras import helpers
 
 
@@ -35,7 +35,7 @@ def test_one_step_of_batch_clipping_is_algorithm_1_literally(K):
   expected = [v.numpy() - eta0 / 2 * g
               for v, g in zip(model.trainable_variables, clipped)]
   opt, info = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
-                                 clipping="batch", sampling="fixed_size",
+                                 clipping_unit="batch", sampling="fixed_size",
                                  learning_rate_decay="step", keras=K)
   _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)
   assert info["iterations"] == 5
@@ -45,8 +45,9 @@ def test_one_step_of_batch_clipping_is_algorithm_1_literally(K):
 def test_ledger_records_batch_clipping_and_honest_epsilon(K):
   x, y = helpers.make_data("dense", 100, seed=5)
   opt, info = make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0,
-                                 delta=1e-4, method="zcdp", clipping="batch",
-                                 sampling="fixed_size", keras=K)
+                                 delta=1e-4, method="zcdp",
+                                 clipping_unit="batch", sampling="fixed_size",
+                                 keras=K)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -61,14 +62,14 @@ def test_ledger_records_batch_clipping_and_honest_epsilon(K):
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(opt.ledger, 1e-4)
   # Replace-one, sensitivity 2C, noise 2C sigma: noise multiplier sigma.
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      100, 10, 2 * info["sigma"], 1, 1e-4, sampling="without_replacement")
+      100, 10, 2 * info["sigma"], 1, 1e-4, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-4)
   assert info["claimed_epsilon"] == pytest.approx(1.0, rel=1e-6)
 
 
-@pytest.mark.parametrize("clipping", ["per_example", "batch"])
+@pytest.mark.parametrize("clipping_unit", ["per_example", "batch"])
 @pytest.mark.parametrize("K", helpers.keras_modules()[:1])
-def test_noise_of_one_dpd_step(K, clipping):
+def test_noise_of_one_dpd_step(K, clipping_unit):
   # Zero inputs: the clipped gradient of the kernel is 0, so each step moves
   # the 6x5 kernel by (eta_t / 2) * xi', xi' ~ N(0, 4 C^2 sigma^2). Over 40
   # steps x 30 entries the rescaled updates have stddev 2 C sigma (tolerance
@@ -77,8 +78,9 @@ def test_noise_of_one_dpd_step(K, clipping):
   x = np.zeros((n, 6), np.float32)
   y = np.zeros(n, np.int32)
   opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=sigma,
-                              clipping=clipping, sampling="fixed_size",
-                              learning_rate_decay="step", keras=K)
+                              clipping_unit=clipping_unit,
+                              sampling="fixed_size", learning_rate_decay="step",
+                              keras=K)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -126,7 +128,7 @@ def test_poisson_run_ledger_gives_the_calibrated_epsilon(K):
   opt, info = make_dpd_optimizer(n, s, epochs, 1.0, 0.05, epsilon=2.0,
                                  delta=1e-5, keras=K)
   assert info["iterations"] == 20 and info["sampling"] == "poisson"
-  data = tf_dp.data.poisson_sampled_batches(x, y, info["sampling_rate"],
+  data = tf_dp.data.poisson_sampled_batches(x, y, info["sampling_probability"],
                                             info["iterations"], seed=1)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
@@ -143,9 +145,9 @@ def test_poisson_run_ledger_gives_the_calibrated_epsilon(K):
 
 
 def test_refuses_combinations_that_cannot_be_accounted():
-  with pytest.raises(ValueError, match="clipping='batch' needs"):
+  with pytest.raises(ValueError, match="clipping_unit='batch' needs"):
     make_dpd_optimizer(100, 10, 1, 2.0, 0.05, noise_multiplier=1.0,
-                       clipping="batch")
+                       clipping_unit="batch")
   with pytest.raises(ValueError, match="as_published applies"):
     make_dpd_optimizer(100, 10, 1, 2.0, 0.05, epsilon=1.0, delta=1e-5,
                        as_published=True)

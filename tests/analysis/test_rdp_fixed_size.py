@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tf_dp.analysis import compute_rdp
-from tf_dp.analysis import compute_rdp_sample_without_replacement
-from tf_dp.analysis import rdp_without_replacement
+from tf_dp.analysis import compute_rdp_fixed_size
+from tf_dp.analysis import rdp_fixed_size
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
@@ -27,7 +27,7 @@ def _oracle(n, m, sigma):
                                        (60000, 256, 20.0)])
 def test_matches_dp_accounting_at_small_sampling_ratio(n, m, sigma):
   # Both use Theorems 9 and 27 term by term; ~1e-14 apart in practice.
-  ours = compute_rdp_sample_without_replacement(m / n, sigma, 1, ORDERS)
+  ours = compute_rdp_fixed_size(m / n, sigma, 1, ORDERS)
   np.testing.assert_allclose(ours, _oracle(n, m, sigma), rtol=1e-9)
 
 
@@ -38,7 +38,7 @@ def test_large_sampling_ratio_is_dp_accounting_capped_by_the_base(n, m,
   # Equal to the oracle except where the oracle exceeds the base Gaussian's
   # own RDP (2 alpha / sigma^2), a cap that joint quasi-convexity of the
   # Renyi divergence proves (van Erven & Harremoes 2014, Thm. 13).
-  ours = compute_rdp_sample_without_replacement(m / n, sigma, 1, ORDERS)
+  ours = compute_rdp_fixed_size(m / n, sigma, 1, ORDERS)
   base = 2 * np.array(ORDERS) / sigma ** 2
   np.testing.assert_allclose(ours, np.minimum(_oracle(n, m, sigma), base),
                              rtol=1e-9)
@@ -59,7 +59,7 @@ def test_tf_privacy_case_theorem_27_is_tighter_and_matches_the_reference():
   acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
       10000, 100, dp_accounting.GaussianDpEvent(2.5)), 50)
   reference = np.asarray(acc._rdp)  # pylint: disable=protected-access
-  ours = compute_rdp_sample_without_replacement(0.01, 5.0, 50, orders)
+  ours = compute_rdp_fixed_size(0.01, 5.0, 50, orders)
   old = np.array([THEOREM9_ONLY[a] for a in orders])
   # Tolerance 1e-9: both evaluate the same closed form in float64.
   np.testing.assert_allclose(ours, reference, rtol=1e-9)
@@ -75,8 +75,8 @@ def test_pearson_vajda_moments_match_exact_forward_differences(mu):
   # (the float64 sum cancels); tolerance 1e-11 relative.
   mpmath = pytest.importorskip("mpmath")
   # pylint: disable=protected-access
-  log_chi = rdp_without_replacement._log_chi_moments(
-      mu, rdp_without_replacement._MAX_TIGHT_MOMENT)
+  log_chi = rdp_fixed_size._log_chi_moments(
+      mu, rdp_fixed_size._MAX_TIGHT_MOMENT)
   with mpmath.workdps(400):
     for m in (2, 4, 10, 50, 100, 256):
       exact = mpmath.fsum(mpmath.binomial(m, k) * (-1) ** (m - k)
@@ -99,20 +99,20 @@ def test_theorem_27_never_above_theorem_9_alone():
                   - special.gammaln(j + 1) - special.gammaln(alpha - j + 1)
                   + (j - 1) * j * mu)
     theorem9 = min(special.logsumexp(terms), alpha * (alpha - 1) * mu)
-    ours = compute_rdp_sample_without_replacement(q, sigma, 1, [alpha])[0]
+    ours = compute_rdp_fixed_size(q, sigma, 1, [alpha])[0]
     assert ours * (alpha - 1) <= theorem9 * (1 + 1e-12)
 
 
 def test_full_batch_is_base_gaussian_with_sensitivity_two_clip():
   np.testing.assert_allclose(
-      compute_rdp_sample_without_replacement(1.0, 2.0, 5, ORDERS),
+      compute_rdp_fixed_size(1.0, 2.0, 5, ORDERS),
       5 * 2 * np.array(ORDERS) / 4.0)
 
 
 def test_never_above_base_mechanism_and_monotone_in_q():
   prev = np.zeros(len(ORDERS))
   for q in [1e-3, 0.01, 0.1, 0.5, 1.0]:
-    cur = compute_rdp_sample_without_replacement(q, 1.5, 1, ORDERS)
+    cur = compute_rdp_fixed_size(q, 1.5, 1, ORDERS)
     assert np.all(cur <= 2 * np.array(ORDERS) / 1.5 ** 2 * (1 + 1e-12))
     assert np.all(cur >= prev)
     prev = cur
@@ -120,12 +120,12 @@ def test_never_above_base_mechanism_and_monotone_in_q():
 
 def test_costs_more_than_poisson_add_remove():
   # Replace-one at sensitivity 2C is a stronger adversary than add/remove.
-  assert np.all(compute_rdp_sample_without_replacement(0.01, 1.1, 1, ORDERS)
+  assert np.all(compute_rdp_fixed_size(0.01, 1.1, 1, ORDERS)
                 > compute_rdp(0.01, 1.1, 1, ORDERS))
 
 
 def test_invalid_arguments():
   with pytest.raises(ValueError, match="noise_multiplier"):
-    compute_rdp_sample_without_replacement(0.1, -1.0, 1)
+    compute_rdp_fixed_size(0.1, -1.0, 1)
   with pytest.raises(ValueError, match="q"):
-    compute_rdp_sample_without_replacement(2.0, 1.0, 1)
+    compute_rdp_fixed_size(2.0, 1.0, 1)
