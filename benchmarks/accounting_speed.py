@@ -31,7 +31,7 @@ Q = 256 / 60000
 def _ledger(runs):
   """A version-2 ledger export of ``(q, sigma, count)`` Poisson runs."""
   return {"format": "tf_dp.privacy_ledger/2", "dropped_samples": 0,
-          "runs": [{"population_size": 60000, "selection_probability": q,
+          "runs": [{"population_size": 60000, "sampling_probability": q,
                     "sampling": "poisson", "examples_per_record": 1,
                     "sum_queries": [{"l2_norm_clip": 1.0,
                                      "noise_stddev": sigma}],

@@ -26,8 +26,8 @@ def main():
   parser.add_argument("--quick", action="store_true")
   args = parser.parse_args()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_dp.audit import ClipOffQuery, NoiseOffQuery  # pylint: disable=g-import-not-at-top
-  from tf_dp.audit import dpsgd_audit, gaussian_audit  # pylint: disable=g-import-not-at-top
+  from tf_dp.reproductions.audit import ClipOffQuery, NoiseOffQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.reproductions.audit import dpsgd_audit, gaussian_audit  # pylint: disable=g-import-not-at-top
   from tf_dp.dp_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
   z = 2.0
   g_trials = 100000 if args.quick else 1000000

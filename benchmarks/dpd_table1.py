@@ -94,7 +94,7 @@ def run(kind, sigma, data, setup, seed, epochs):
   """Trains once; returns (test accuracy, ledger epsilon)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_dp  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras import dpd  # pylint: disable=g-import-not-at-top
+  from tf_dp.reproductions import dpd  # pylint: disable=g-import-not-at-top
   keras = tf.keras
   (x, y), (xt, yt) = data
   n, batch = len(x), setup["batch"]
@@ -104,8 +104,8 @@ def run(kind, sigma, data, setup, seed, epochs):
   if kind == "literal":
     opt, _ = dpd.make_dpd_optimizer(n, batch, epochs, setup["clip"],
                                     setup["eta0"], noise_multiplier=sigma,
-                                    clipping="batch", sampling="fixed_size",
-                                    keras=keras)
+                                    clipping_unit="batch",
+                                    sampling="fixed_size", keras=keras)
     fit_kw = dict(x=x, y=y, batch_size=batch, epochs=epochs, shuffle=True)
   else:
     steps = dpd.dpd_iterations(n, batch, epochs, "poisson")
@@ -135,13 +135,13 @@ def run(kind, sigma, data, setup, seed, epochs):
 
 def rows_at(n, setup, epochs, eps):
   """(label, kind, sigma, paper row) of every row at one epsilon."""
-  import tf_dp  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras import dpd  # pylint: disable=g-import-not-at-top
+  from tf_dp.reproductions import dpd  # pylint: disable=g-import-not-at-top
+  from tf_dp.reproductions import dpd_accounting  # pylint: disable=g-import-not-at-top
   nu = setup["batch"] / n
   iters = dpd.dpd_iterations(n, setup["batch"], epochs, "poisson")
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
-    published = {m: tf_dp.analysis.dpd_noise_multiplier(
+    published = {m: dpd_accounting.dpd_noise_multiplier(
         eps, DELTA, nu, iters, m, as_published=True) for m in ("ac", "zcdp")}
   _, info = dpd.make_dpd_optimizer(n, setup["batch"], epochs, setup["clip"],
                                    setup["eta0"], epsilon=eps, delta=DELTA)

@@ -46,12 +46,12 @@ def run(components=60, pca_sampling=0.1, pca_noise=4.0, epochs=2.0,
                                max_samples=int(epochs * n / batch_size) + 10)
   rng = np.random.default_rng(seed)
   sample = x[rng.random(n) < pca_sampling]  # Poisson sample for PCA.
-  directions, _ = tf_dp.dp_principal_directions(
+  directions, _ = tf_dp.reproductions.dp_principal_directions(
       sample, components, pca_noise, ledger=ledger,
       sampling_probability=pca_sampling)
   project = lambda a: a @ directions  # post-processing of a DP release.
   q = batch_size / n
-  ledger.set_sample_size(selection_probability=q)
+  ledger.set_sample_size(sampling_probability=q)
   model = tf_dp.keras.make_private(keras.Sequential([
       keras.layers.Input((components,)),
       keras.layers.Dense(1000, activation="relu"), keras.layers.Dense(10)]))

@@ -122,7 +122,7 @@ def main(argv):
   if FLAGS.target_epsilon:
     FLAGS.noise_multiplier = tf_dp.analysis.compute_noise_multiplier(
         n, FLAGS.batch_size, FLAGS.target_epsilon, FLAGS.epochs, FLAGS.delta,
-        sampling="poisson" if sampling == "poisson" else "without_replacement")
+        sampling="poisson" if sampling == "poisson" else "fixed_size")
     print(f"noise_multiplier={FLAGS.noise_multiplier:.4f} for target "
           f"epsilon {FLAGS.target_epsilon}")
   steps_per_epoch = int(round(1 / q))

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tf_dp
 
-ledger = tf_dp.PrivacyLedger(population_size=10000, selection_probability=0.01,
+ledger = tf_dp.PrivacyLedger(population_size=10000, sampling_probability=0.01,
                              sampling="poisson")
 query = tf_dp.QueryWithLedger(tf_dp.GaussianSumQuery(l2_norm_clip=1.0, stddev=1.1), ledger)
 state = query.initial_global_state()

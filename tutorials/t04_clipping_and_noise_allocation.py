@@ -12,7 +12,7 @@ import tf_dp
 from tf_dp.dp_query import allocation
 
 dims = [784 * 256, 256, 256 * 10, 10]
-for clipping in ("per_layer", "dimension_adjusted"):
+for clipping in ("per_layer", "dimensionality_adjusted"):
   for noise in ("proportional", "dimensionality_adjusted"):
     clips = allocation.group_clips(1.0, dims, clipping)
     stddevs = allocation.group_stddevs(1.1, clips, dims, noise)

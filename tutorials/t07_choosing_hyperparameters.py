@@ -18,6 +18,6 @@ print(f"noise 1.1, batch 256: {epochs:.1f} epochs ({steps} steps) fit in epsilon
 batch = analysis.compute_batch_size(n, 1.0, 2.0, 10, delta)
 print(f"noise 1.0, 10 epochs, epsilon 2: batch size up to {batch}")
 z_fixed = analysis.compute_noise_multiplier(n, 256, 3.0, 30, delta,
-                                            sampling="without_replacement")
+                                            sampling="fixed_size")
 print(f"shuffled fixed-size batches need noise {z_fixed:.3f} for epsilon 3 "
       "(replace-one accounting); Poisson batches need less")

@@ -18,7 +18,7 @@ def test_dp_pca_mnist_short_run():
   samples = ledger.to_dict()["samples"]
   assert samples[0]["sum_queries"] == [{"l2_norm_clip": 1.0,
                                         "noise_stddev": 4.0}]
-  assert samples[0]["selection_probability"] == pytest.approx(0.1)
+  assert samples[0]["sampling_probability"] == pytest.approx(0.1)
   assert len(samples) == 1 + 100  # PCA + 1 epoch of lots with q = 0.01
   assert accuracy > 0.7  # chance 0.1
   # The ledger composes the PCA release with the training steps.
