@@ -2,7 +2,8 @@
 
 import pytest
 
-import tf_dp
+from tf_dp import dp_query
+from tf_dp import privacy_ledger
 from tf_dp.core import config as config_lib
 
 
@@ -36,7 +37,7 @@ def test_population_size_is_required_unless_fit_can_infer_it():
 
 
 def test_a_ledger_sets_n_and_sampling():
-  ledger = tf_dp.PrivacyLedger(500, 0.02, sampling="poisson")
+  ledger = privacy_ledger.PrivacyLedger(500, 0.02, sampling="poisson")
   cfg = config_lib.DPConfig(1.0, 1.0, ledger=ledger)
   assert (cfg.population_size, cfg.sampling) == (500, "poisson")
   assert cfg.sampling_probability == pytest.approx(0.02)
@@ -44,7 +45,7 @@ def test_a_ledger_sets_n_and_sampling():
 
 def test_a_custom_query_is_not_serialised():
   cfg = config_lib.DPConfig(None, None, population_size=10,
-                            dp_query=tf_dp.GaussianSumQuery(1.0, 1.0))
+                            dp_query=dp_query.GaussianSumQuery(1.0, 1.0))
   with pytest.raises(ValueError, match="custom dp_query"):
     cfg.to_dict()
   assert config_lib.DPConfig(1.0, 1.0, population_size=10).to_dict()[

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_dp
+from tf_dp import dp_query
+from tf_dp import privacy_ledger
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot
 
@@ -23,7 +24,7 @@ def _ledger_row(ledger):
 
 
 def test_release_noises_once_records_once_and_advances_the_state():
-  query = tf_dp.GaussianSumQuery(1.0, 2.0, noise_seed=3)
+  query = dp_query.GaussianSumQuery(1.0, 2.0, noise_seed=3)
   cfg = _config()
   ledger = lot.new_ledger(cfg)
   global_state = lot.global_state_variables(query)
@@ -51,7 +52,7 @@ def test_release_noises_once_records_once_and_advances_the_state():
 def test_fixed_size_denominator_is_the_records_and_q_what_was_drawn(sampling):
   cfg = _config(sampling=sampling, num_microbatches=3)
   ledger = lot.new_ledger(cfg)
-  query = tf_dp.GaussianSumQuery(1.0, 0.0)
+  query = dp_query.GaussianSumQuery(1.0, 0.0)
   _, denominator, _ = lot.release(
       query, [tf.ones([2])], lot.global_state_variables(query), ledger, cfg,
       tf.constant(3.0), tf.constant(12.0))
@@ -63,7 +64,7 @@ def test_fixed_size_denominator_is_the_records_and_q_what_was_drawn(sampling):
 def test_poisson_denominator_is_q_times_n_and_q_the_samplers():
   cfg = _config(sampling="poisson", sampling_probability=0.05)
   ledger = lot.new_ledger(cfg)
-  query = tf_dp.GaussianSumQuery(1.0, 0.0)
+  query = dp_query.GaussianSumQuery(1.0, 0.0)
   _, denominator, _ = lot.release(
       query, [tf.ones([2])], lot.global_state_variables(query), ledger, cfg,
       tf.constant(7.0), tf.constant(7.0))
@@ -88,7 +89,7 @@ def test_gradient_query_is_built_from_the_config_or_taken_as_given():
   built, ledger = lot.gradient_query(_config(clipping="per_layer"),
                                      templates)
   assert ledger is None
-  recorder = tf_dp.PrivacyLedger(200, 0.1)
+  recorder = privacy_ledger.PrivacyLedger(200, 0.1)
   _, _, event = built.get_noised_result(
       built.initial_sample_state(templates), built.initial_global_state())
   recorder.record_sample(event)
@@ -96,12 +97,13 @@ def test_gradient_query_is_built_from_the_config_or_taken_as_given():
   clips = [g["l2_norm_clip"] for g in groups]
   stddevs = [g["noise_stddev"] for g in groups]
   assert len(groups) == 2  # one group per variable
-  assert tf_dp.effective_noise_multiplier(clips, stddevs) == pytest.approx(
-      1.0)
-  given = tf_dp.GaussianSumQuery(2.0, 1.0)
-  own = tf_dp.PrivacyLedger(200, 0.1)
+  # Eq. (1) of McMahan & Andrew: z = (sum_g (sigma_g / C_g)^-2)^(-1/2).
+  effective = sum((c / s) ** 2 for c, s in zip(clips, stddevs)) ** -0.5
+  assert effective == pytest.approx(1.0)
+  given = dp_query.GaussianSumQuery(2.0, 1.0)
+  own = privacy_ledger.PrivacyLedger(200, 0.1)
   query, ledger = lot.gradient_query(
       config_lib.DPConfig(None, None, population_size=200,
-                          dp_query=tf_dp.QueryWithLedger(given, own)),
+                          dp_query=privacy_ledger.QueryWithLedger(given, own)),
       templates)
   assert query is given and ledger is own

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_dp
+from tf_dp import dp_query
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot_engine
 from tf_dp.core import vectorized
@@ -17,7 +17,7 @@ SHAPES = ([3, 2], [2])
 
 
 def _query(stddev=STDDEV):
-  return tf_dp.GaussianSumQuery(CLIP, stddev, noise_seed=SEED)
+  return dp_query.GaussianSumQuery(CLIP, stddev, noise_seed=SEED)
 
 
 def _engine(stddev=STDDEV, **config):

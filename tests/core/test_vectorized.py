@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-import tf_dp
+from tf_dp import dp_query
 from tf_dp.core import vectorized
 
 
@@ -25,7 +25,7 @@ def test_clipped_sum_equals_the_per_record_loop():
   rng = np.random.default_rng(0)
   records = [rng.normal(size=(7, 3, 2)).astype(np.float32) * 2,
              rng.normal(size=(7, 4)).astype(np.float32)]
-  query = tf_dp.GaussianSumQuery(1.5, 0.0)
+  query = dp_query.GaussianSumQuery(1.5, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
   got = vectorized.clipped_sum(query, params,
                                [tf.constant(r) for r in records])
@@ -38,7 +38,7 @@ def test_records_of_weight_zero_are_left_out():
   rng = np.random.default_rng(1)
   records = [rng.normal(size=(5, 3)).astype(np.float32) * 3]
   weights = np.array([1, 0, 1, 0, 1], np.float32)
-  query = tf_dp.GaussianSumQuery(1.0, 0.0)
+  query = dp_query.GaussianSumQuery(1.0, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
   got = vectorized.clipped_sum(query, params, [tf.constant(records[0])],
                                weights=tf.constant(weights))
@@ -52,7 +52,7 @@ def test_one_record_replaced_moves_the_clipped_sum_by_at_most_2c():
   records = rng.normal(size=(8, 6)).astype(np.float32) * 4
   neighbour = records.copy()
   neighbour[5] = -40.0 * records[5]
-  query = tf_dp.GaussianSumQuery(0.7, 0.0)
+  query = dp_query.GaussianSumQuery(0.7, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
   sums = [vectorized.clipped_sum(query, params, [tf.constant(r)])[0].numpy()
           for r in (records, neighbour)]
@@ -63,7 +63,7 @@ def test_one_record_replaced_moves_the_clipped_sum_by_at_most_2c():
 def test_a_non_finite_record_contributes_zeros():
   records = np.ones((3, 2), np.float32)
   records[1, 0] = np.nan
-  query = tf_dp.GaussianSumQuery(10.0, 0.0)
+  query = dp_query.GaussianSumQuery(10.0, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
   got = vectorized.clipped_sum(query, params, [tf.constant(records)])
   np.testing.assert_array_equal(got[0].numpy(), [2.0, 2.0])

@@ -5,6 +5,12 @@ import pytest
 import tensorflow as tf
 
 import tf_dp
+# Imported by name (not only through tf_dp's lazy attributes) so that the
+# test's BUILD dependencies carry them.
+import tf_dp.analysis
+import tf_dp.data
+import tf_dp.dp_query
+import tf_dp.privacy_ledger
 from tf_dp import estimator as dp_estimator
 
 v1 = tf.compat.v1
