@@ -13,7 +13,7 @@ from tf_dp.core import config as config_lib
     (dict(noise_multiplier=-1.0), "noise_multiplier"),
     (dict(num_microbatches=0), "num_microbatches"),
     (dict(gradient_accumulation_steps=True), "gradient_accumulation_steps"),
-    (dict(sampling="without_replacement"), "sampling"),
+    (dict(sampling="uniform"), "sampling"),
     (dict(sampling="poisson"), "sampling_probability"),
     (dict(sampling="poisson", sampling_probability=0.1, num_microbatches=2),
      "num_microbatches"),

@@ -38,13 +38,6 @@ def _record_gradients(records, seed):
           for s in SHAPES]
 
 
-def _sampling_probability(sample):
-  """A ledger sample's q (named selection_probability in older ledgers)."""
-  if "sampling_probability" in sample:
-    return sample["sampling_probability"]
-  return sample["selection_probability"]
-
-
 def _add(engine, grads, applied):
   """Clips ``grads`` (one batch) with the engine's query and adds it."""
   params = engine.sample_params()[GRADIENTS]
@@ -92,7 +85,7 @@ def test_fixed_size_lot_is_divided_by_its_records_and_records_q():
     np.testing.assert_allclose(got, want.numpy() / 2, rtol=1e-6)
   (sample,) = engine.ledger.to_dict()["samples"]
   assert sample["population_size"] == 50
-  assert _sampling_probability(sample) == pytest.approx(10 / 50)
+  assert sample["sampling_probability"] == pytest.approx(10 / 50)
   assert sample["examples_per_record"] == 5
 
 
@@ -109,7 +102,7 @@ def test_poisson_lot_is_divided_by_q_times_n_whatever_was_drawn():
   for got, want in zip(applied[0], batch_sum):
     np.testing.assert_allclose(got, want.numpy() / 8.0, rtol=1e-6)
   (sample,) = engine.ledger.to_dict()["samples"]
-  assert _sampling_probability(sample) == pytest.approx(0.1)  # the sampler's
+  assert sample["sampling_probability"] == pytest.approx(0.1)  # the sampler's
 
 
 def test_the_budget_guard_stops_lots_beyond_allowed_lots():

@@ -123,7 +123,7 @@ def test_estimator_trains_and_writes_the_ledger(tmp_path, opt_cls):
   assert len(ledger["samples"]) == steps
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(ledger, 1e-5)
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      n, batch, 1.0, steps * batch / n, 1e-5, sampling="without_replacement")
+      n, batch, 1.0, steps * batch / n, 1e-5, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-4)
 
 

@@ -113,7 +113,7 @@ class DPConfig:
       self.sampling = self.ledger.sampling
       if self.sampling == "poisson" and self.sampling_probability is None:
         self.sampling_probability = float(
-            self.ledger.selection_probability.numpy())
+            self.ledger.sampling_probability.numpy())
     if self.population_size is None and not self.population_size_deferred():
       raise ValueError(f"population_size is required here (sampling="
                        f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
