@@ -189,7 +189,9 @@ def test_old_ledger_json_loads_and_gives_the_same_epsilon(kind, text,
   renamed = text.replace("selection_probability", "sampling_probability")
   assert eps == analysis.compute_epsilon_from_ledger(
       renamed, 1e-5, accountant=accountant)[0]
-  assert eps == pytest.approx(OLD_EPSILONS[kind, accountant], rel=1e-12)
+  # The value the old version computed (TF 2.21 stack); numpy 1's FFT (TF
+  # 2.15 stack) differs in the 12th digit, hence 1e-9, not equality.
+  assert eps == pytest.approx(OLD_EPSILONS[kind, accountant], rel=1e-9)
 
 
 def test_old_ledger_json_one_warning_per_export():
@@ -231,7 +233,7 @@ def test_privacy_ledger_old_names():
   with _warns("'sampling_probability'"):
     rebuilt = privacy_ledger.PrivacyLedger.from_json(OLD_POISSON_V2)
   assert analysis.compute_epsilon_from_ledger(rebuilt, 1e-5)[0] == (
-      pytest.approx(OLD_EPSILONS["poisson", "pld"], rel=1e-12))
+      pytest.approx(OLD_EPSILONS["poisson", "pld"], rel=1e-9))
 
 
 def test_clipping_dimension_adjusted():
