@@ -166,6 +166,24 @@ CONV_CASES = {
         kernel_initializer=_init(K), bias_initializer=_init(K, 1))]),
     "transpose_valid": lambda K: ((3, 3, 2), [K.layers.Conv2DTranspose(
         2, (3, 2), strides=(2, 1), kernel_initializer=_init(K))]),
+    # One input channel, materialised norms: per-example kernel gradients
+    # from one depthwise backprop-filter (the tutorial CNN's first layer).
+    "conv2d_one_channel": lambda K: ((12, 12, 1), [K.layers.Conv2D(
+        5, 4, strides=2, padding="same", activation="relu",
+        kernel_initializer=_init(K), bias_initializer=_init(K, 1))]),
+    "conv1d_one_channel": lambda K: ((11, 1), [K.layers.Conv1D(
+        3, 3, strides=2, kernel_initializer=_init(K))]),
+    # More than 128 patch features: patches from strided blocks (stride
+    # not dividing the kernel, valid windows that leave input unread).
+    "conv2d_blocks_same": lambda K: ((7, 7, 9), [K.layers.Conv2D(
+        3, 5, strides=2, padding="same", activation="tanh",
+        kernel_initializer=_init(K))]),
+    "conv2d_blocks_valid": lambda K: ((8, 9, 10), [K.layers.Conv2D(
+        4, (4, 5), strides=(3, 2), kernel_initializer=_init(K))]),
+    "conv2d_blocks_groups": lambda K: ((5, 5, 16), [K.layers.Conv2D(
+        4, 3, groups=2, padding="same", kernel_initializer=_init(K))]),
+    "depthwise_blocks": lambda K: ((6, 6, 16), [K.layers.DepthwiseConv2D(
+        3, padding="same", depthwise_initializer=_init(K))]),
     "group_norm": lambda K: ((4, 4, 6), [
         K.layers.Conv2D(6, 1, kernel_initializer=_init(K)),
         K.layers.GroupNormalization(
@@ -183,6 +201,33 @@ def test_conv_and_norm_rules_equal_loop(K, case):
   plan = _fast_step_matches_loop(K, model, x, y)
   for layer in layers:
     assert "fast rule" in plan[layer.name], (layer.name, plan[layer.name])
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("case", ["conv2d_one_channel", "conv2d_blocks_same"])
+def test_conv_rules_with_microbatches(K, case):
+  shape, layers = CONV_CASES[case](K)
+  model = _sequential(K, shape, layers)
+  x, y = _data(shape)
+  _fast_step_matches_loop(K, model, x, y, num_microbatches=3)
+
+
+def test_strided_block_patches_equal_extract_patches():
+  # Each patch holds the same values as ExtractImagePatches' (the feature
+  # order within a patch may differ; norms do not depend on it).
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  for shape, ks, st, padding in [((2, 28, 28, 1), [8, 8], [2, 2], "SAME"),
+                                 ((2, 13, 13, 16), [4, 4], [2, 2], "VALID"),
+                                 ((2, 9, 8, 3), [3, 3], [1, 1], "SAME"),
+                                 ((2, 15, 14, 2), [5, 3], [3, 2], "VALID"),
+                                 ((2, 15, 14, 2), [5, 3], [2, 1], "SAME")]:
+    x = tf.constant(rng.normal(size=shape).astype("float32"))
+    got = conv_rules._strided_block_patches(x, ks, st, padding).numpy()  # pylint: disable=protected-access
+    want = tf.image.extract_patches(x, [1] + ks + [1], [1] + st + [1],
+                                    [1, 1, 1, 1], padding).numpy()
+    assert got.shape == want.shape, (shape, ks, st, padding)
+    np.testing.assert_array_equal(np.sort(got, -1), np.sort(want, -1))
 
 
 def _user_dense_class(K):

@@ -127,10 +127,8 @@ class NoiseGenerator:
       seed = tf.random.experimental.stateless_fold_in(seed, stream)
       draws = stateless_standard_normals(
           [x.shape if x.shape.is_fully_defined() else tf.shape(x)
-           for x in leaves], seed)
-      stddev = tf.cast(stddev, tf.float32)
-      noised = [x + tf.cast(draw * stddev, x.dtype)
-                for x, draw in zip(leaves, draws)]
+           for x in leaves], seed, scale=stddev)
+      noised = [x + tf.cast(draw, x.dtype) for x, draw in zip(leaves, draws)]
     return tf.nest.pack_sequence_as(structure, noised)
 
 
@@ -139,8 +137,9 @@ class NoiseGenerator:
 _TWO_PI = 2.0 * math.pi
 
 
-def _box_muller_float32(count, seed):
-  """``count`` i.i.d. N(0, 1) float32 values (Box-Muller on 32-bit words).
+def _box_muller_float32(count, seed, scale=None):
+  """``count`` i.i.d. N(0, scale^2) float32 values (Box-Muller on 32-bit
+  words; ``scale`` None for 1).
 
   Each pair of outputs takes two 32-bit words of Philox (stateless, keyed
   by ``seed``): ``u1 = (w1 + 1/2) 2^-32`` in (0, 1] and angle ``2 pi w2
@@ -158,13 +157,18 @@ def _box_muller_float32(count, seed):
   u1 = (tf.cast(words[0], tf.float32) + 0.5) * (2.0 ** -32)
   angle = tf.cast(words[1], tf.float32) * (_TWO_PI * 2.0 ** -32)
   radius = tf.sqrt(-2.0 * tf.math.log(u1))
+  if scale is not None:
+    radius *= tf.cast(scale, tf.float32)
   both = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)
+  if isinstance(count, int) and count % 2 == 0:
+    return both
   return both[:count]
 
 
-def stateless_standard_normals(shapes, seed):
+def stateless_standard_normals(shapes, seed, scale=None):
   """Independent N(0, 1) float32 tensors of the given shapes, from one
-  stateless ``seed`` (int64 ``[2]``): the default mode's sampler.
+  stateless ``seed`` (int64 ``[2]``): the default mode's sampler. With
+  ``scale``, N(0, scale^2) (the same draw, multiplied once by ``scale``).
 
   One draw serves every shape (a structure's leaves are noised with one
   batch of Philox words and one set of kernels, not one per leaf).
@@ -174,7 +178,7 @@ def stateless_standard_normals(shapes, seed):
   static = [_static_shape(s) for s in shapes]
   if all(s is not None for s in static):
     sizes = [int(np.prod(s, dtype=np.int64)) for s in static]
-    flat = _box_muller_float32(sum(sizes), seed)
+    flat = _box_muller_float32(sum(sizes), seed, scale)
     parts = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
     return [tf.reshape(p, s) for p, s in zip(parts, static)]
   # A shape known only at run time: one draw per shape, seeds folded in.
@@ -183,7 +187,7 @@ def stateless_standard_normals(shapes, seed):
     shape = tf.convert_to_tensor(shape, tf.int32)
     draw = _box_muller_float32(
         tf.reduce_prod(shape), tf.random.experimental.stateless_fold_in(
-            seed, i))
+            seed, i), scale)
     out.append(tf.reshape(draw, shape))
   return out
 

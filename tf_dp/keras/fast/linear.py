@@ -81,12 +81,18 @@ def grouped_rows(t, records):
   return tf.reshape(t, [-1, tf.shape(t)[2] * tf.shape(t)[3], features])
 
 
+def use_ghost_sizes(t, k, c):
+  """True if the ghost norm (~ t^2 (k + c)) is cheaper than the materialised
+  gradient (~ t k c) for t positions, k inputs and c outputs."""
+  return t * t * (k + c) < t * k * c
+
+
 def use_ghost(a, g):
   """True if the ghost norm is cheaper than the materialised gradient."""
   t, k, c = a.shape[1], a.shape[2], g.shape[2]
   if t is None or k is None or c is None:
     return True
-  return t * t * (k + c) < t * k * c
+  return use_ghost_sizes(t, k, c)
 
 
 def kernel_sq_norms(a, g, records):
@@ -151,14 +157,19 @@ class LinearRule:
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
     return {"layer": layer, "x": x, "g": out_grad, "records": records}
 
+  def kernel_sq_norms(self, layer, x, g, records):
+    """``[R]`` squared norms of each record's kernel gradient."""
+    a, g = self.kernel_rows(layer, x, g, records)
+    return kernel_sq_norms(a, g, records)
+
   def sq_norms(self, state):
     layer, records = state["layer"], state["records"]
-    a, g = self.kernel_rows(layer, state["x"], state["g"], records)
-    norms = [kernel_sq_norms(a, g, records)]
+    norms = [self.kernel_sq_norms(layer, state["x"], state["g"], records)]
     if len(self.variables(layer)) > 1:
-      bias = bias_grads(state["g"], layer.bias.shape, records)
-      norms.append(tf.reduce_sum(tf.square(tf.reshape(bias, [records, -1])),
-                                 1))
+      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
+      state["bias_grads"] = bias_grads(state["g"], layer.bias.shape, records)
+      norms.append(tf.reduce_sum(
+          tf.square(tf.reshape(state["bias_grads"], [records, -1])), 1))
     return norms
 
   def clipped_sums(self, state, scales, keep):
@@ -169,7 +180,7 @@ class LinearRule:
     total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
     out = [tf.reshape(total, tf.shape(kernel))]
     if len(scales) > 1:
-      bias = bias_grads(g, layer.bias.shape, records)
+      bias = mask(state["bias_grads"], keep)
       out.append(tf.tensordot(scales[1], bias, axes=[[0], [0]]))
     return out
 
