@@ -71,7 +71,42 @@ def test_poisson_denominator_is_q_times_n_and_q_the_samplers():
   assert float(denominator) == pytest.approx(0.05 * 200)
   n, q, _, examples_per_record = _ledger_row(ledger)
   assert (n, q, examples_per_record) == (200, pytest.approx(0.05), 1)
-  assert lot.drawn(cfg, 7.0, 7.0) == {}  # the size drawn stays private
+
+
+def test_the_lot_is_recorded_as_configured_not_as_the_ledger_defaults():
+  # A ledger shared with another mechanism (built with q = 0.01 and two
+  # examples per record) records this step's Poisson lots at the step's q
+  # and one example per record, whatever its stored defaults say.
+  ledger = privacy_ledger.PrivacyLedger(200, 0.01, sampling="poisson",
+                                        examples_per_record=2)
+  cfg = _config(sampling="shuffled", ledger=ledger, population_size=None,
+                sampling_probability=0.5)
+  assert cfg.sampling == "poisson" and cfg.sampling_probability == 0.5
+  query = dp_query.GaussianSumQuery(1.0, 1.0)
+  for _ in range(2):
+    lot.release(query, [tf.ones([2])], lot.global_state_variables(query),
+                ledger, cfg, tf.constant(90.0), tf.constant(90.0))
+  rows = ledger._samples.numpy()[:2]  # pylint: disable=protected-access
+  np.testing.assert_allclose(rows[:, 1], [0.5, 0.5])  # q
+  np.testing.assert_allclose(rows[:, 3], [1.0, 1.0])  # examples per record
+  event = lot.sampling_event(cfg, ledger, tf.constant(7.0), tf.constant(7.0))
+  assert float(event.sampling_probability) == 0.5  # the size drawn: private
+
+
+def test_a_config_that_contradicts_its_ledger_is_refused():
+  ledger = privacy_ledger.PrivacyLedger(200, 0.01, sampling="poisson")
+  with pytest.raises(ValueError, match="population_size=300.*n = 200"):
+    _config(sampling="shuffled", ledger=ledger, population_size=300)
+  with pytest.raises(ValueError, match="sampling='fixed_size'.*'poisson'"):
+    _config(sampling="fixed_size", ledger=ledger, population_size=None)
+  cfg = _config(sampling="shuffled", ledger=ledger, population_size=None)
+  assert (cfg.sampling, cfg.sampling_probability) == ("poisson", 0.01)
+  own = privacy_ledger.PrivacyLedger(100, 0.1)
+  with pytest.raises(ValueError, match="population_size=200.*n = 100"):
+    lot.gradient_query(config_lib.DPConfig(
+        None, None, population_size=200,
+        dp_query=privacy_ledger.QueryWithLedger(
+            dp_query.GaussianSumQuery(1.0, 1.0), own)), [tf.zeros([2])])
 
 
 def test_new_ledger_follows_the_config():

@@ -109,11 +109,7 @@ class DPConfig:
       if not isinstance(self.ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a tf_dp.PrivacyLedger; got "
                         f"{self.ledger!r}.")
-      self.population_size = int(self.ledger.population_size.numpy())
-      self.sampling = self.ledger.sampling
-      if self.sampling == "poisson" and self.sampling_probability is None:
-        self.sampling_probability = float(
-            self.ledger.sampling_probability.numpy())
+      self._take_unset_values_from(self.ledger)
     if self.population_size is None and not self.population_size_deferred():
       raise ValueError(f"population_size is required here (sampling="
                        f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
@@ -137,6 +133,35 @@ class DPConfig:
             "num_microbatches cannot be combined with sampling='poisson': "
             "Poisson-sampled examples do not form fixed microbatches. Use "
             "sampling='fixed_size' with microbatches.")
+
+  def _take_unset_values_from(self, ledger):
+    """With a given ledger: n is the ledger's; ``sampling="shuffled"`` (the
+    default) takes the ledger's sampling, and a Poisson lot without
+    ``sampling_probability`` the ledger's q. What the lots record is still
+    this configuration (``tf_dp.core.lot.sampling_event``), never a stale
+    value of the ledger's.
+
+    Raises:
+      ValueError: if ``population_size`` or a non-default ``sampling``
+        contradicts the ledger's.
+    """
+    ledger_n = int(ledger.population_size.numpy())
+    if self.population_size is not None and self.population_size != ledger_n:
+      raise ValueError(
+          f"population_size={self.population_size!r} but the given ledger "
+          f"records n = {ledger_n}. Pass the ledger alone (its n is used) or "
+          f"a ledger built with PrivacyLedger({self.population_size}, ...).")
+    self.population_size = ledger_n
+    if self.sampling == "shuffled":
+      self.sampling = ledger.sampling
+    elif self.sampling != ledger.sampling:
+      raise ValueError(
+          f"sampling={self.sampling!r} but the given ledger was built with "
+          f"sampling={ledger.sampling!r}. Pass the sampling the lots are "
+          f"really drawn with to both, or leave sampling out to use the "
+          f"ledger's.")
+    if self.sampling == "poisson" and self.sampling_probability is None:
+      self.sampling_probability = float(ledger.sampling_probability.numpy())
 
   def population_size_deferred(self):
     """Whether ``population_size`` may come later, from the length of the

@@ -7,9 +7,10 @@ formed it (``tf_dp.core.lot_engine`` for Keras, the Estimator optimizers):
 
 1. the ``DPQuery`` adds its noise once (``get_noised_result``) and returns
    the event of what it did;
-2. the ledger records one sample with that event and what was drawn
-   (``sample_size``: the lot's number of examples for fixed-size and
-   shuffled lots; nothing for Poisson lots, whose q is the sampler's);
+2. the ledger records one sample with that event and how the lot was
+   drawn (``sampling_event``: n, the sampling, q = the lot's examples / n
+   for fixed-size and shuffled lots or the sampler's q for Poisson lots,
+   examples per record);
 3. the query's global state (e.g. an adaptive clip, the public noise
    nonce) advances;
 4. the noised sum is divided by the lot's denominator: its number of
@@ -22,6 +23,7 @@ import tensorflow as tf
 from tf_dp.dp_query import allocation
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
+from tf_dp.privacy_ledger import SamplingEvent
 
 GLOBAL_STATE_NAME = "dp_global_state"
 
@@ -43,10 +45,20 @@ def gradient_query(config, templates):
   Returns:
     ``(query, ledger)``; ledger is None unless ``config.dp_query`` brought
     one.
+
+  Raises:
+    ValueError: if that ledger's n is not ``config.population_size``.
   """
   query, ledger = config.dp_query, None
   if isinstance(query, QueryWithLedger):
     query, ledger = query.query, query.ledger
+    ledger_n = int(ledger.population_size.numpy())
+    if config.population_size not in (None, ledger_n):
+      raise ValueError(
+          f"population_size={config.population_size!r} but the "
+          f"QueryWithLedger's ledger records n = {ledger_n}: every lot is "
+          f"accounted with the ledger's n. Build the ledger with "
+          f"PrivacyLedger({config.population_size}, ...).")
   if query is None:
     query = allocation.build_query(templates, config.l2_norm_clip,
                                    config.noise_multiplier,
@@ -101,18 +113,38 @@ def denominator(config, ledger, records):
   return tf.cast(records, tf.float32)
 
 
-def drawn(config, records, examples):
-  """The ``record_sample`` arguments that say what the lot drew.
+def sampling_event(config, ledger, records, examples):
+  """How one lot was drawn, as the ledger records it.
 
-  Fixed-size and shuffled lots: ``sample_size`` (the lot's examples, so
-  the ledger records ``q = examples / n``) and, with microbatches,
-  ``examples / records`` examples per record. Poisson lots: nothing (the
-  ledger keeps the sampler's q; the size drawn is private).
+  Everything comes from ``config`` (what the step does) and from what was
+  drawn, never from the ledger's stored defaults, so a ledger built for
+  another mechanism (or restored with other values) records this step's
+  lots as they were: n is the ledger's current ``population_size`` (set
+  from ``config``, or inferred from ``fit``'s arrays); q is the sampler's
+  ``config.sampling_probability`` for Poisson lots (the size drawn is
+  private) and ``examples / n`` for fixed-size and shuffled lots; a record
+  holds ``examples / records`` examples with microbatches, else one.
+
+  Args:
+    config: The ``DPConfig`` of the step.
+    ledger: The ``PrivacyLedger`` that records the lot (for its n).
+    records: The lot's number of records (float32).
+    examples: The lot's number of examples (float32).
+
+  Returns:
+    A ``tf_dp.privacy_ledger.SamplingEvent`` (tensor fields).
   """
+  n = tf.cast(ledger.population_size, tf.float64)
+  examples = tf.cast(examples, tf.float64)
   if config.sampling == "poisson":
-    return {}
-  return dict(sample_size=examples, examples_per_record=(
-      examples / records if config.num_microbatches is not None else None))
+    q = tf.constant(config.sampling_probability, tf.float64)
+  else:
+    q = tf.minimum(examples / n, 1.0)
+  if config.num_microbatches is not None:
+    per_record = examples / tf.cast(records, tf.float64)
+  else:
+    per_record = tf.constant(1.0, tf.float64)
+  return SamplingEvent(n, q, config.sampling, per_record)
 
 
 def release(query, lot, global_state, ledger, config, records, examples):
@@ -120,8 +152,9 @@ def release(query, lot, global_state, ledger, config, records, examples):
 
   Privacy contract: ``query.get_noised_result`` adds the query's noise to
   the lot's sum exactly once; ``ledger.record_sample`` is called exactly
-  once, with the query's event and what was drawn (``drawn``); nothing
-  else of the lot leaves this function un-noised.
+  once, with the query's event and how the lot was drawn
+  (``sampling_event``); nothing else of the lot leaves this function
+  un-noised.
 
   Args:
     query: The ``DPQuery`` whose sample state ``lot`` is.
@@ -138,7 +171,8 @@ def release(query, lot, global_state, ledger, config, records, examples):
     ledger and the new global state (read the result under them).
   """
   result, new_global, event = query.get_noised_result(lot, read(global_state))
-  written = ledger.record_sample(event, **drawn(config, records, examples))
+  written = ledger.record_sample(
+      event, sampling_event=sampling_event(config, ledger, records, examples))
   # Ordered explicitly: tf.compat.v1 graphs add no automatic dependencies.
   with tf.control_dependencies([written]):
     advanced = assign(global_state, new_global)
