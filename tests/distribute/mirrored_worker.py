@@ -37,10 +37,10 @@ else:
       cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import tf_dp  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_dp.keras import compat  # pylint: disable=g-import-not-at-top
+from tf_dp.keras import backend  # pylint: disable=g-import-not-at-top
 from tests.keras import helpers  # pylint: disable=g-import-not-at-top
 
-K = compat.keras3() if flavor == "keras3" else compat.keras2()
+K = backend.module_for(flavor)
 if MULTI_WORKER:
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
 elif mode == "one_replica":

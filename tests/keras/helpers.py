@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 
 
 def keras_modules():
   mods = []
-  if compat.keras3() is not None:
-    mods.append(pytest.param(compat.keras3(), id="keras3"))
-  if compat.keras2() is not None:
-    mods.append(pytest.param(compat.keras2(), id="keras2"))
+  if backend.keras3_module() is not None:
+    mods.append(pytest.param(backend.keras3_module(), id="keras3"))
+  if backend.keras2_module() is not None:
+    mods.append(pytest.param(backend.keras2_module(), id="keras2"))
   return mods
 
 

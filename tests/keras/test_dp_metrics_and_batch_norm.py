@@ -7,14 +7,14 @@ import pytest
 import tensorflow as tf
 
 import tf_dp
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tests.keras import helpers
 
 KERAS = helpers.keras_modules()
 
 
 def dp_bn_layer_class(K):
-  if K is compat.keras3():
+  if K is backend.keras3_module():
     from tf_dp.keras import layers  # pylint: disable=g-import-not-at-top
   else:
     from tf_dp.keras import layers_keras2 as layers  # pylint: disable=g-import-not-at-top

@@ -40,8 +40,7 @@ def random_model(K, rng):
 
 
 def clipped_sums_both_ways(K, model, query, x, y, microbatches=None):
-  loss_fn = losses_lib.per_example_loss_fn(
-      model, tf_dp.keras.compat.flavor_of(model))
+  loss_fn = losses_lib.per_example_loss_fn(model)
   state = query.initial_global_state()
 
   @tf.function  # as in training: model.fit runs the step in a tf.function.

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras.fast import clipped_sum
 from tf_dp.keras.fast import rules
 from tests.keras import helpers
@@ -274,9 +274,9 @@ def test_subclasses_do_not_inherit_rules_until_registered(K):
 def test_vectorized_map_hazard_names_the_layer_and_the_fix(K):
   model = _attention_model(K)
   message = clipped_sum.vectorized_map_hazard(
-      model._flatten_layers(recursive=True))  # pylint: disable=protected-access
+      backend.for_object(model).all_layers(model))
   if (tuple(int(v) for v in tf.__version__.split(".")[:2]) < (2, 16)
-      or K is not compat.keras3()):
+      or K is not backend.keras3_module()):
     assert message is None
   else:
     assert "per_example_method='auto'" in message
@@ -288,7 +288,7 @@ def test_vectorized_map_hazard_names_the_layer_and_the_fix(K):
 def test_unsupported_einsum_dense_is_refused_not_vectorized():
   """A LoRA EinsumDense has no fast rule; the per-layer fallback would run
   it under vectorized_map, so it is refused with the fix instead."""
-  K = compat.keras3()
+  K = backend.keras3_module()
   if K is None or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (
       2, 16):
     pytest.skip("Keras 3 on TF >= 2.16 only")

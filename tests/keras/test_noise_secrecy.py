@@ -20,7 +20,7 @@ import tensorflow as tf
 import tf_dp
 from tests.keras import helpers
 from tf_dp.dp_query import noise
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 
 KERAS = helpers.keras_modules()
 B, CLIP, Z, LR = 16, 1.0, 1.0, 1.0
@@ -47,7 +47,7 @@ def _compiled(K, secure=False, jit_compile=None):
 
 
 def _flavor(K):
-  return "keras3" if K is compat.keras3() else "keras2"
+  return "keras3" if K is backend.keras3_module() else "keras2"
 
 
 def _weights(model):
@@ -185,9 +185,9 @@ if flavor == "keras2" and importlib.util.find_spec("tf_keras") is not None:
   os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np
 import tensorflow as tf
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tests.keras import test_noise_secrecy as t
-K = compat.keras3() if flavor == "keras3" else compat.keras2()
+K = backend.module_for(flavor)
 model = t._compiled(K)
 model.build((None, 6))
 tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(ckpt)

@@ -16,7 +16,7 @@ import tensorflow as tf
 import tf_dp
 from tests.keras import helpers
 from tf_dp.estimator import checkpoint_ledger
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 
 KERAS = helpers.keras_modules()
 N, BATCH, LOTS_PER_EPOCH = 64, 16, 4
@@ -57,7 +57,7 @@ def _assert_full_ledger(K, model):
 
 
 def _is_keras3(K):
-  return compat.keras3() is not None and K is compat.keras3()
+  return backend.keras3_module() is not None and K is backend.keras3_module()
 
 
 def _save_and_load(K, fmt, model, tmp_path, make=None):

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tests.keras import helpers
 from tests.privacy import catalogue
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras import losses as losses_lib
 
 BATCH = 6
@@ -44,7 +44,7 @@ def _compiled(K, spec, kind, units):
 
 
 def _keras_batch_loss(model, y, y_pred, sample_weight):
-  if compat.flavor_of(model) == "keras3":
+  if backend.flavor_of(model) == "keras3":
     return float(model.compute_loss(y=y, y_pred=y_pred,
                                     sample_weight=sample_weight))
   return float(model.compiled_loss(tf.constant(y), y_pred,
@@ -56,7 +56,7 @@ def test_per_example_losses_match_keras_and_do_not_mix(K, spec, kind, units,
                                                        shape):
   rng = np.random.default_rng(0)
   model = _compiled(K, spec, kind, units)
-  per_example = losses_lib.per_example_loss_fn(model, compat.flavor_of(model))
+  per_example = losses_lib.per_example_loss_fn(model)
   y = catalogue.labels(kind, shape, rng)
   y_pred = tf.constant(catalogue.predictions(kind, units, BATCH, rng))
   weight = rng.uniform(0.5, 2.0, size=(BATCH,)).astype("float32")

@@ -1,8 +1,19 @@
 """Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks."""
 
+import sys
+
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.keras.privacy_check import PrivacyCheckError
 from tf_dp.keras.privacy_check import check_privacy
 from tf_dp.keras.private_model import is_private
 from tf_dp.keras.private_model import make_private
+
+
+def __getattr__(name):
+  """``tf_dp.keras.compat`` (deprecated: ``tf_dp.keras.backend``) as an
+  attribute, without importing it first."""
+  if name == "compat":
+    import tf_dp.keras.compat  # pylint: disable=g-import-not-at-top,redefined-outer-name
+    return sys.modules["tf_dp.keras.compat"]
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

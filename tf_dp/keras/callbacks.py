@@ -11,37 +11,12 @@ from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
+from tf_dp.keras.backend import callback
 
 
-class _Callback:
-  """The Keras callback interface, duck-typed for Keras 3 and Keras 2."""
-
-  train_batch_hooks = False
-
-  def __init__(self):
-    self.model = None
-    self.params = {}
-    self.validation_data = None
-
-  def set_model(self, model):
-    self.model = model
-
-  def set_params(self, params):
-    self.params = params
-
-  def _implements_train_batch_hooks(self):
-    return self.train_batch_hooks
-
-  def _implements_test_batch_hooks(self):
-    return False
-
-  def _implements_predict_batch_hooks(self):
-    return False
-
-  def __getattr__(self, name):
-    if name.startswith("on_"):
-      return lambda *args, **kwargs: None
-    raise AttributeError(name)
+class _Callback(callback.Callback):
+  """A tf_dp callback: the Keras interface of both flavours, and the model's
+  DP engine."""
 
   def _engine(self):
     engine = getattr(self.model.optimizer, "dp_engine", None)
@@ -82,7 +57,9 @@ class LotBoundaryGuard(_Callback):
           f"(tf_dp.data.poisson_sampled_batches(..., batches_per_lot={k}) "
           f"with sampling='poisson').")
 
-  def _implements_train_batch_hooks(self):
+  @property
+  def train_batch_hooks(self):
+    """Counts the steps of an epoch only where lots could span epochs."""
     engine = getattr(getattr(self.model, "optimizer", None), "dp_engine",
                      None)
     return engine is not None and self._lots_span_epochs(engine)

@@ -5,14 +5,16 @@
 import tensorflow as tf
 
 from tf_dp.core import vectorized
+from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 
 
-def converted_flavor(model):
-  """``"keras3"``/``"keras2"`` for a model converted by ``make_private``,
-  else None."""
-  return getattr(model, "_tf_dp_flavor", None)
+def converted_backend(model):
+  """The Keras adapter (``tf_dp.keras.backend``) of a model converted by
+  ``make_private``, else None."""
+  flavor = getattr(model, "_tf_dp_flavor", None)
+  return None if flavor is None else backend.for_flavor(flavor)
 
 
 def _check_dense_labels(y, sample_weight):
@@ -40,7 +42,6 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
   unless the model adds losses).
   """
   _check_dense_labels(y, sample_weight)
-  flavor = converted_flavor(model)
   if not model.built or not model.trainable_variables:
     raise ValueError(
         f"Model {model.name!r} has no trainable variables yet: it is not "
@@ -59,7 +60,7 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
       extra = penalty_grads
     else:
       with tf.GradientTape() as tape:
-        reg = model_checks.weight_regularization_loss(model, flavor)
+        reg = model_checks.weight_regularization_loss(model)
       extra = None if reg is None else tape.gradient(reg, variables)
     if extra is not None:
       extra = vectorized.gradients_or_zeros(extra, variables)

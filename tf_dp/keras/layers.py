@@ -1,24 +1,13 @@
-"""Keras 3 layers of tf_dp (``tf_dp.keras.layers``)."""
+"""tf_dp's Keras layers (``tf_dp.keras.layers``).
 
-import keras
+``DPBatchNormalization`` (see ``tf_dp.keras.dp_batch_norm``) is the class of
+the default Keras: Keras 3 where it is installed, else Keras 2 (TF 2.15).
+The Keras 2 class, for tf-keras models next to Keras 3, is
+``tf_dp.keras.layers_keras2.DPBatchNormalization``. Both are registered as
+``"tf_dp>DPBatchNormalization"`` in their Keras.
+"""
 
-from tf_dp.keras import dp_batch_norm
+from tf_dp.keras import backend
+from tf_dp.keras.backend import dp_classes
 
-
-@keras.saving.register_keras_serializable(package="tf_dp")
-class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
-                           keras.layers.Layer):
-  """Batch normalisation with DP statistics (Keras 3); see dp_batch_norm.
-
-  Args:
-    l2_norm_clip: Clip of one record's (mean, mean of squares) vector.
-    noise_multiplier: Noise stddev / l2_norm_clip for the statistics.
-    momentum: Moving-average momentum of the statistics, per lot.
-    epsilon, center, scale: As in keras.layers.BatchNormalization.
-  """
-
-  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
-               epsilon=1e-3, center=True, scale=True, **kwargs):
-    super().__init__(**kwargs)
-    self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
-                     center, scale)
+DPBatchNormalization = dp_classes.dp_batch_norm_class(backend.default())

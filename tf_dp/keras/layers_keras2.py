@@ -1,17 +1,14 @@
-"""Keras 2 layers of tf_dp (tf-keras, or tf.keras on TF 2.15)."""
+"""tf_dp's Keras 2 layers (tf-keras, or tf.keras on TF 2.15).
 
-from tf_dp.keras import compat
-from tf_dp.keras import dp_batch_norm
+``DPBatchNormalization`` for Keras 2 models (see
+``tf_dp.keras.dp_batch_norm``); ``tf_dp.keras.layers`` has the default
+Keras's, which is this one where Keras 3 is not installed. Saved models
+record this module for the Keras 2 class (registered as
+``"tf_dp>DPBatchNormalization"``).
+"""
 
-_keras = compat.keras2()
+from tf_dp.keras import backend
+from tf_dp.keras.backend import dp_classes
 
-
-class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
-                           _keras.layers.Layer):
-  """Batch normalisation with DP statistics (Keras 2); see dp_batch_norm."""
-
-  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
-               epsilon=1e-3, center=True, scale=True, **kwargs):
-    super().__init__(**kwargs)
-    self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
-                     center, scale)
+DPBatchNormalization = dp_classes.dp_batch_norm_class(
+    backend.for_flavor("keras2"))

@@ -15,7 +15,8 @@ Usage (two extra lines against non-private training)::
 """
 
 from tf_dp.core import config as config_lib
-from tf_dp.keras import compat
+from tf_dp.keras import backend
+from tf_dp.keras.backend import dp_classes
 # Re-exported: the names every flavour's DP optimizer shares.
 from tf_dp.keras.optimizer_base import DPOptimizerMixin  # pylint: disable=unused-import
 from tf_dp.keras.optimizer_base import is_dp_optimizer  # pylint: disable=unused-import
@@ -24,8 +25,7 @@ from tf_dp.keras.optimizer_base import SUMMED_GRADIENTS_ERROR  # pylint: disable
 
 def _resolve_inner(optimizer):
   if isinstance(optimizer, str):
-    keras = compat.keras3() or compat.keras2()
-    return keras.optimizers.get(optimizer)
+    return backend.default().get_optimizer(optimizer)
   return optimizer
 
 
@@ -136,9 +136,5 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         clipping=clipping, noise_allocation=noise_allocation,
         max_lots=max_lots, per_example_method=per_example_method,
         metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode)
-    flavor = compat.flavor_of(inner)
-    if flavor == "keras3":
-      from tf_dp.keras import optimizer_keras3  # pylint: disable=g-import-not-at-top
-      return optimizer_keras3.DPOptimizerKeras3(inner, cfg, name=name)
-    from tf_dp.keras import optimizer_keras2  # pylint: disable=g-import-not-at-top
-    return optimizer_keras2.DPOptimizerKeras2(inner, cfg, name=name)
+    dp_class = dp_classes.dp_optimizer_class(backend.for_object(inner))
+    return dp_class(inner, cfg, name=name)

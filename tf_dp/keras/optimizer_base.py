@@ -1,6 +1,8 @@
 """What the Keras 3 and Keras 2 DP optimizers share: the mixin that
 delegates to the wrapped optimizer, builds the DP state with the model, runs
-the custom-loop step, and saves the ledger with the model."""
+the custom-loop step, and saves the ledger with the model. The classes
+themselves are in ``tf_dp.keras.backend`` (``keras3_optimizer``,
+``keras2_optimizer``)."""
 
 import dataclasses
 import warnings
@@ -68,13 +70,13 @@ class DPOptimizerMixin:
       ...   return opt.private_step(model, "sparse_categorical_crossentropy",
       ...                           x, y)
     """
-    flavor = dp_step.converted_flavor(model)
-    if flavor is None:
+    keras_backend = dp_step.converted_backend(model)
+    if keras_backend is None:
       raise ValueError(
           "private_step needs a model converted with "
           "`model = tf_dp.keras.make_private(model)` (it refuses layers "
           "that mix examples and draws per-example dropout masks).")
-    loss_fn = losses_lib.per_example_loss_from(loss, flavor)
+    loss_fn = losses_lib.per_example_loss_from(loss, keras_backend)
     _, losses, _ = dp_step.private_step(model, self, loss_fn, x, y,
                                         sample_weight)
     return losses
@@ -130,9 +132,8 @@ class DPOptimizerMixin:
 
   def _keras_variables(self):
     """The variables Keras itself saves: this optimizer's and the wrapped
-    one's (step counter, slots)."""
-    inner = self.inner_optimizer.variables
-    return list(self._variables) + list(inner() if callable(inner) else inner)
+    one's (step counter, slots); each flavour's class reads them."""
+    raise NotImplementedError
 
   def dp_state(self):
     """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""

@@ -24,7 +24,6 @@ import tensorflow as tf
 from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
 
 from tf_dp.dp_query.gaussian_query import GaussianSumQuery
-from tf_dp.keras import compat
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
@@ -209,8 +208,7 @@ def check_privacy(model, x, y, sample_weight=None, num_examples=4):
   Example:
     >>> tf_dp.keras.check_privacy(model, x_train[:8], y_train[:8])
   """
-  flavor = compat.flavor_of(model)
-  loss_fn = losses_lib.per_example_loss_fn(model, flavor)
+  loss_fn = losses_lib.per_example_loss_fn(model)
   batch = int(per_example.batch_size(x))
   m = min(int(num_examples), batch)
   if m < 2:

@@ -16,7 +16,7 @@ import types
 from absl import logging
 import tensorflow as tf
 
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
@@ -25,9 +25,8 @@ from tf_dp.keras import optimizer_base
 
 def _dp_train_step(self, data):
   """The DP-SGD training step installed by ``make_private``."""
-  flavor = self._tf_dp_flavor  # pylint: disable=protected-access
-  keras = compat.module_for(flavor)
-  x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+  keras_backend = dp_step.converted_backend(self)
+  x, y, sample_weight = keras_backend.unpack_x_y_sample_weight(data)
   optimizer = self.optimizer
   inner = getattr(optimizer, "inner_optimizer", None)
   if inner is not None and optimizer_base.is_dp_optimizer(inner):
@@ -40,43 +39,25 @@ def _dp_train_step(self, data):
         "This model was converted with tf_dp.keras.make_private but compiled "
         f"with {type(optimizer).__name__}, which would train without privacy."
         " Compile it with optimizer=tf_dp.DPOptimizer(...).")
-  loss_fn = losses_lib.per_example_loss_fn(self, flavor)
+  loss_fn = losses_lib.per_example_loss_fn(self)
   y_pred, _, penalty = dp_step.private_step(self, optimizer, loss_fn, x, y,
                                             sample_weight)
-  _reported_loss(self, flavor, x, y, y_pred, sample_weight, penalty)
+  # The loss Keras reports, with ``penalty`` standing for ``model.losses``
+  # when the model adds losses.
+  keras_backend.reported_loss(self, x, y, y_pred, sample_weight, penalty)
   logs = self.compute_metrics(x, y, y_pred, sample_weight)
   for name, variable in optimizer.dp_engine.dp_metrics.items():
     logs = dict(logs, **{f"dp_{name}": variable.read_value()})
   return logs
 
 
-def _reported_loss(model, flavor, x, y, y_pred, sample_weight, penalty):
-  """The batch loss Keras reports (and tracks), with ``penalty`` standing
-  for ``model.losses`` when the model adds losses."""
-  if flavor == "keras3":
-    if penalty is not None:
-      model._losses_override = [penalty]  # pylint: disable=protected-access
-    try:
-      loss = model.compute_loss(x, y, y_pred, sample_weight)
-    finally:
-      model._losses_override = []  # pylint: disable=protected-access
-    # Keras 3's compute_loss does not track the loss.
-    batch = tf.shape(tf.nest.flatten(x)[0])[0]
-    model._loss_tracker.update_state(loss, sample_weight=batch)  # pylint: disable=protected-access
-    return loss
-  if penalty is not None:
-    return model.compiled_loss(y, y_pred, sample_weight,
-                               regularization_losses=[penalty])
-  return model.compute_loss(x, y, y_pred, sample_weight)
-
-
 def _first_batch(self, args, kwargs):
   """A few examples of what ``fit`` will train on, or None if unknown."""
-  keras = compat.module_for(self._tf_dp_flavor)  # pylint: disable=protected-access
+  keras_backend = dp_step.converted_backend(self)
   x = kwargs.get("x", args[0] if args else None)
   if isinstance(x, tf.data.Dataset):
     for batch in x.take(1):
-      return keras.utils.unpack_x_y_sample_weight(batch)
+      return keras_backend.unpack_x_y_sample_weight(batch)
     return None
   y = kwargs.get("y", args[1] if len(args) > 1 else None)
   if x is None or y is None or not all(
@@ -201,12 +182,12 @@ def make_private(model, self_check=True):
   Example:
     >>> model = tf_dp.keras.make_private(model)
   """
-  flavor = compat.flavor_of(model)
+  keras_backend = backend.for_object(model)
   if model.built and not model.trainable_variables:
     raise ValueError("The model has no trainable variables: there is "
                      "nothing to train privately.")
-  model_checks.validate_and_prepare(model, flavor)
-  model._tf_dp_flavor = flavor  # pylint: disable=protected-access
+  model_checks.validate_and_prepare(model)
+  model._tf_dp_flavor = keras_backend.NAME  # pylint: disable=protected-access
   model._tf_dp_self_check = bool(self_check)  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
@@ -217,4 +198,5 @@ def make_private(model, self_check=True):
 
 
 def is_private(model):
-  return dp_step.converted_flavor(model) is not None
+  """Whether ``model`` was converted by ``make_private``."""
+  return dp_step.converted_backend(model) is not None

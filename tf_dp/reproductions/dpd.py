@@ -44,7 +44,7 @@ from tf_dp.analysis import calibration
 from tf_dp.analysis import checks
 from tf_dp.analysis import deprecation
 from tf_dp.analysis import dp_sgd_privacy
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.reproductions import dpd_accounting
 
@@ -204,7 +204,7 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
   _check_choices(method=method, clipping_unit=clipping_unit,
                  sampling=sampling, learning_rate_decay=learning_rate_decay,
                  as_published=as_published)
-  keras = keras or compat.keras3() or compat.keras2()
+  keras = keras or backend.default().module()
   n = int(population_size)
   nu = batch_size / n
   iterations = dpd_iterations(n, batch_size, epochs, sampling)

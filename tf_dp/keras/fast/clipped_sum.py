@@ -26,7 +26,7 @@ ordinary training step.
 
 import tensorflow as tf
 
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
@@ -43,7 +43,7 @@ def _is_model(layer):
 def _sublayers(layer):
   if _is_model(layer):
     return layer.layers
-  return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+  return backend.for_object(layer).sublayers(layer)
 
 
 def trainable_units(model):
@@ -115,11 +115,10 @@ VECTORIZED_EINSUM_ERROR = (
 
 def _einsum_classes():
   """Keras 3's EinsumDense and MultiHeadAttention (tf-keras 2.21's train
-  under vectorized_map with oneDNN on: measured, MHA model, 3 epochs)."""
-  keras = compat.keras3()
-  if keras is None:
-    return ()
-  return (keras.layers.EinsumDense, keras.layers.MultiHeadAttention)
+  under vectorized_map with oneDNN on: measured, MHA model, 3 epochs): the
+  adapters' ``pfor_hazard_layer_classes``."""
+  return tuple(cls for adapter in backend.installed()
+               for cls in adapter.pfor_hazard_layer_classes())
 
 
 def vectorized_map_hazard(layers):

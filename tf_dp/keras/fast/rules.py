@@ -29,7 +29,7 @@ SeparableConv2D, Conv2DTranspose, LayerNormalization, GroupNormalization.
 
 import tensorflow as tf
 
-from tf_dp.keras import compat
+from tf_dp.keras import backend
 from tf_dp.keras import per_example
 from tf_dp.keras.fast import linear
 
@@ -187,7 +187,7 @@ def _ensure_builtins():
   from tf_dp.keras.fast import einsum_rule
   from tf_dp.keras.fast import norm_rules
   # pylint: enable=g-import-not-at-top
-  modules = [m for m in (compat.keras3(), compat.keras2()) if m is not None]
+  modules = [adapter.module() for adapter in backend.installed()]
   for keras in modules:
     _RULES[keras.layers.Dense] = DenseRule()
     _RULES[keras.layers.Embedding] = EmbeddingRule()

@@ -1,0 +1,46 @@
+"""tf_dp's Keras classes of each flavour, imported on first use: the DP
+optimizer (``keras3_optimizer``, ``keras2_optimizer``) and
+``DPBatchNormalization`` (``keras3_layers``, ``keras2_layers``).
+
+A module apart from the adapters: these classes subclass the flavour's own
+Keras classes and build on what the adapters serve (the DP optimizers on
+the Keras front end, which asks the adapters), so the adapters cannot
+import them.
+"""
+
+
+def _keras3_optimizer():
+  from tf_dp.keras.backend import keras3_optimizer  # pylint: disable=g-import-not-at-top
+  return keras3_optimizer.DPOptimizerKeras3
+
+
+def _keras2_optimizer():
+  from tf_dp.keras.backend import keras2_optimizer  # pylint: disable=g-import-not-at-top
+  return keras2_optimizer.DPOptimizerKeras2
+
+
+def _keras3_batch_norm():
+  from tf_dp.keras.backend import keras3_layers  # pylint: disable=g-import-not-at-top
+  return keras3_layers.DPBatchNormalization
+
+
+def _keras2_batch_norm():
+  from tf_dp.keras.backend import keras2_layers  # pylint: disable=g-import-not-at-top
+  return keras2_layers.DPBatchNormalization
+
+
+_OPTIMIZERS = {"keras3": _keras3_optimizer, "keras2": _keras2_optimizer}
+_BATCH_NORMS = {"keras3": _keras3_batch_norm, "keras2": _keras2_batch_norm}
+
+
+def dp_optimizer_class(adapter):
+  """The class of ``tf_dp.DPOptimizer`` for the flavour of ``adapter``:
+  ``DPOptimizerKeras3`` (registered as ``"tf_dp>DPOptimizerKeras3"``) or
+  ``DPOptimizerKeras2`` (``"tf_dp>DPOptimizerKeras2"``)."""
+  return _OPTIMIZERS[adapter.NAME]()
+
+
+def dp_batch_norm_class(adapter):
+  """``DPBatchNormalization`` for the flavour of ``adapter`` (registered as
+  ``"tf_dp>DPBatchNormalization"`` in that flavour's Keras)."""
+  return _BATCH_NORMS[adapter.NAME]()

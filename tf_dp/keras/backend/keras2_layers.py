@@ -1,0 +1,32 @@
+"""``DPBatchNormalization`` for Keras 2 (tf-keras, or tf.keras on TF 2.15)."""
+
+from tf_dp.keras import dp_batch_norm
+from tf_dp.keras.backend import keras2
+
+_keras = keras2.module()
+
+
+@_keras.utils.register_keras_serializable(package="tf_dp")
+class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
+                           _keras.layers.Layer):
+  """Batch normalisation with DP statistics (Keras 2); see dp_batch_norm.
+
+  Registered as ``"tf_dp>DPBatchNormalization"`` in Keras 2's registry, so
+  ``load_model`` finds it without ``custom_objects``.
+
+  Args:
+    l2_norm_clip: Clip of one record's (mean, mean of squares) vector.
+    noise_multiplier: Noise stddev / l2_norm_clip for the statistics.
+    momentum: Moving-average momentum of the statistics, per lot.
+    epsilon, center, scale: As in BatchNormalization.
+  """
+
+  # The module saved models record for this class (where it lived first;
+  # Keras 2's loader imports it): a file format, kept unchanged.
+  __module__ = "tf_dp.keras.layers_keras2"
+
+  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
+               epsilon=1e-3, center=True, scale=True, **kwargs):
+    super().__init__(**kwargs)
+    self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
+                     center, scale)

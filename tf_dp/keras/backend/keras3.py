@@ -1,0 +1,273 @@
+"""The Keras 3 adapter: ``keras`` >= 3 (what ``tf.keras`` is on TF >= 2.16).
+
+Implements the adapter interface of ``tf_dp.keras.backend`` (see there). With
+``keras3_layers`` and ``keras3_optimizer`` it is the only code of tf_dp that
+imports Keras 3 or reads a Keras 3 private attribute. Keras is imported on
+first use, so importing this module never needs Keras 3 installed.
+"""
+
+import tensorflow as tf
+
+NAME = "keras3"
+
+
+def module():
+  """The Keras 3 module, or None if ``keras`` is missing or is Keras 2."""
+  try:
+    import keras  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return keras if str(getattr(keras, "__version__", "2")).startswith("3") else (
+      None)
+
+
+def defines(cls):
+  """Whether the class ``cls`` is Keras 3's own (defined in ``keras``)."""
+  return cls.__module__.startswith("keras") and module() is not None
+
+
+# --- Models and layers. ---
+
+
+def all_layers(model):
+  """Every layer inside ``model``, recursively (not ``model`` itself)."""
+  return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
+
+
+def sublayers(layer):
+  """The layers ``layer`` owns directly (one level down)."""
+  return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+
+
+def unpack_x_y_sample_weight(data):
+  """``(x, y, sample_weight)`` of one element of what ``fit`` iterates."""
+  return module().utils.unpack_x_y_sample_weight(data)
+
+
+def batch_norm_classes():
+  """BatchNormalization and its Keras bases named like it (for
+  ``isinstance``: a subclass of any of them normalises with batch
+  statistics, whatever its own name)."""
+  root = module().layers.BatchNormalization
+  return tuple(c for c in root.__mro__ if "BatchNormalization" in c.__name__)
+
+
+def pfor_hazard_layer_classes():
+  """Layer classes whose computation TensorFlow >= 2.16's oneDNN kernels
+  corrupt under ``tf.vectorized_map``: EinsumDense and MultiHeadAttention
+  build a rank-4 x rank-2 matmul there (tensorflow#117700)."""
+  layers = module().layers
+  return (layers.EinsumDense, layers.MultiHeadAttention)
+
+
+# --- Randomness: one independent draw per example. ---
+
+
+def _per_example_dropout(layer):
+  def call(inputs, training=False):
+    if not training or layer.rate == 0:
+      return inputs
+    shape = None
+    if hasattr(layer, "_get_noise_shape"):
+      shape = layer._get_noise_shape(inputs)  # pylint: disable=protected-access
+    if shape is not None:
+      shape = [tf.shape(inputs)[i] if d is None else d
+               for i, d in enumerate(shape)]
+    return tf.nn.dropout(inputs, rate=layer.rate, noise_shape=shape)
+  return call
+
+
+def _per_example_gaussian_noise(layer):
+  def call(inputs, training=False):
+    if not training or layer.stddev == 0:
+      return inputs
+    return inputs + tf.random.normal(tf.shape(inputs), stddev=layer.stddev,
+                                     dtype=inputs.dtype)
+  return call
+
+
+def _per_example_gaussian_dropout(layer):
+  def call(inputs, training=False):
+    if not training or layer.rate == 0:
+      return inputs
+    stddev = (layer.rate / (1.0 - layer.rate)) ** 0.5
+    return inputs * tf.random.normal(tf.shape(inputs), mean=1.0,
+                                     stddev=stddev, dtype=inputs.dtype)
+  return call
+
+
+# Keras 3's random layers, by class name: each draws from a stateless
+# SeedGenerator, which gives every example the same draw inside
+# tf.vectorized_map; the patch draws with stateful TF ops instead.
+_RANDOM_LAYER_PATCHES = {
+    "Dropout": _per_example_dropout,
+    "SpatialDropout1D": _per_example_dropout,
+    "SpatialDropout2D": _per_example_dropout,
+    "SpatialDropout3D": _per_example_dropout,
+    "GaussianNoise": _per_example_gaussian_noise,
+    "GaussianDropout": _per_example_gaussian_dropout,
+}
+
+
+def make_randomness_per_example(layer):
+  """Makes ``layer`` draw independently for each example under
+  ``tf.vectorized_map``, or refuses it.
+
+  Keras 3's Dropout, SpatialDropout, GaussianNoise and GaussianDropout get a
+  ``call`` that uses stateful TF random ops (same distribution, one draw per
+  example). Only Keras's own classes are patched: a user class of the same
+  name is left alone.
+
+  Raises:
+    ValueError: for dropout inside an RNN cell, and for any other layer
+      that draws from a Keras SeedGenerator (every example would get the
+      same draw), with the fix.
+  """
+  cls = type(layer).__name__
+  patch = _RANDOM_LAYER_PATCHES.get(cls)
+  if patch is not None and type(layer) is not getattr(  # pylint: disable=unidiomatic-typecheck
+      module().layers, cls, None):
+    patch = None  # Same name, another class: not Keras's random layer.
+  if patch is not None:
+    layer.call = patch(layer)
+  elif hasattr(layer, "recurrent_dropout") or hasattr(layer, "cell"):
+    if (getattr(layer, "dropout", 0) or 0) > 0 or (
+        getattr(layer, "recurrent_dropout", 0) or 0) > 0:
+      raise ValueError(
+          f"Layer {layer.name!r} ({cls}) uses dropout inside a Keras 3 RNN "
+          f"cell, whose masks would be shared by all examples under "
+          f"tf.vectorized_map. Set dropout=0 and recurrent_dropout=0, and "
+          f"put a keras.layers.Dropout before or after the RNN instead.")
+  elif getattr(layer, "seed_generator", None) is not None:
+    raise ValueError(
+        f"Layer {layer.name!r} ({cls}) draws randomness from a Keras 3 "
+        f"SeedGenerator; inside tf.vectorized_map every example would get "
+        f"the same draw. Replace it with a layer that uses tf.random ops.")
+
+
+# --- Losses. ---
+
+
+def get_loss(identifier):
+  """A Keras loss from its name (or the object itself)."""
+  return module().losses.get(identifier)
+
+
+def loss_container(model):
+  """The compiled-loss container of ``model`` (``compile(loss=...)``), or
+  None before ``compile``."""
+  return getattr(model, "_compile_loss", None)
+
+
+def build_loss_container(container, y_true, y_pred):
+  """Builds the container for these labels and predictions, once."""
+  if not getattr(container, "built", False):
+    container.build(y_true, y_pred)
+
+
+def _is_mean_reduction(loss_obj):
+  return str(getattr(loss_obj, "reduction", "sum_over_batch_size")).lower() in (
+      "sum_over_batch_size", "mean", "auto", "mean_with_sample_weight")
+
+
+class _Rescaled:
+  """A loss function multiplied by a constant."""
+
+  def __init__(self, loss_fn, factor):
+    self._loss_fn = loss_fn
+    self._factor = factor
+    self.name = getattr(loss_fn, "name", "loss")
+    self.reduction = getattr(loss_fn, "reduction", None)
+
+  def __call__(self, *args, **kwargs):
+    return self._loss_fn(*args, **kwargs) * self._factor
+
+
+def batch_of_one_loss(container):
+  """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
+
+  A private view of the ``CompileLoss`` container with the same structure
+  handling and loss weights, but without its per-output loss trackers and
+  with its per-replica scaling of each mean loss undone (the DP step sums
+  clipped records across replicas itself).
+  """
+  view = object.__new__(type(container))
+  view.__dict__.update(container.__dict__)
+  view.__dict__["_metrics"] = []
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  if replicas > 1:
+    flat = []
+    for entry in container._flat_losses:  # pylint: disable=protected-access
+      loss_fn = entry[1]
+      if _is_mean_reduction(loss_fn):
+        loss_fn = _Rescaled(loss_fn, float(replicas))
+      flat.append(type(entry)(entry[0], loss_fn, *entry[2:]))
+    view.__dict__["_flat_losses"] = flat
+  return view.call
+
+
+def output_mask(tensor):
+  """The Keras mask carried by a model output, or None."""
+  return getattr(tensor, "_keras_mask", None)
+
+
+def set_output_mask(tensor, mask):
+  """Attaches ``mask`` to ``tensor`` as Keras's loss reads it."""
+  tensor._keras_mask = mask  # pylint: disable=protected-access
+
+
+def added_loss_terms(layer):
+  """The ``add_loss`` terms of ``layer``'s most recent call (itself only)."""
+  return list(getattr(layer, "_losses", []))
+
+
+def _layer_regularizers(layer):
+  out = []
+  for attr, var_attr in (("kernel_regularizer", "kernel"),
+                         ("bias_regularizer", "bias"),
+                         ("embeddings_regularizer", "embeddings")):
+    reg = getattr(layer, attr, None)
+    var = getattr(layer, var_attr, None)
+    if reg is not None and var is not None and getattr(
+        var, "regularizer", None) is None:
+      out.append(reg(var))
+  return out
+
+
+def weight_regularization_terms(model):
+  """The weight regularisers' penalties (terms that read no data)."""
+  terms = [v.regularizer(v) for v in model.trainable_weights
+           if getattr(v, "regularizer", None) is not None]
+  return terms + [term for layer in all_layers(model)
+                  for term in _layer_regularizers(layer)]
+
+
+def reported_loss(model, x, y, y_pred, sample_weight, penalty):
+  """The batch loss Keras reports for a step, added to its loss tracker.
+
+  ``penalty`` (or None) stands for ``model.losses``: the ``add_loss``
+  terms evaluated on a public input by the DP step.
+  """
+  if penalty is not None:
+    model._losses_override = [penalty]  # pylint: disable=protected-access
+  try:
+    loss = model.compute_loss(x, y, y_pred, sample_weight)
+  finally:
+    model._losses_override = []  # pylint: disable=protected-access
+  # Keras 3's compute_loss does not track the loss.
+  batch = tf.shape(tf.nest.flatten(x)[0])[0]
+  model._loss_tracker.update_state(loss, sample_weight=batch)  # pylint: disable=protected-access
+  return loss
+
+
+# --- Optimizers, layers and callbacks. ---
+
+
+def get_optimizer(identifier):
+  """A Keras optimizer from its name (or the object itself)."""
+  return module().optimizers.get(identifier)
+
+
+class CallbackHooks:
+  """What Keras 3's ``CallbackList`` asks of a callback beyond the public
+  interface (``set_model``, ``set_params``, ``on_*``): nothing."""

@@ -1,0 +1,31 @@
+"""``DPBatchNormalization`` for Keras 3 (``tf_dp.keras.layers``)."""
+
+import keras
+
+from tf_dp.keras import dp_batch_norm
+
+
+@keras.saving.register_keras_serializable(package="tf_dp")
+class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
+                           keras.layers.Layer):
+  """Batch normalisation with DP statistics (Keras 3); see dp_batch_norm.
+
+  Registered as ``"tf_dp>DPBatchNormalization"``, so
+  ``keras.models.load_model`` finds it without ``custom_objects``.
+
+  Args:
+    l2_norm_clip: Clip of one record's (mean, mean of squares) vector.
+    noise_multiplier: Noise stddev / l2_norm_clip for the statistics.
+    momentum: Moving-average momentum of the statistics, per lot.
+    epsilon, center, scale: As in keras.layers.BatchNormalization.
+  """
+
+  # The module saved models record for this class (where it lived first):
+  # a file format, kept unchanged.
+  __module__ = "tf_dp.keras.layers"
+
+  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
+               epsilon=1e-3, center=True, scale=True, **kwargs):
+    super().__init__(**kwargs)
+    self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
+                     center, scale)
