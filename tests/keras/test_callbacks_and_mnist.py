@@ -26,7 +26,7 @@ def test_budget_logs_epsilon_each_epoch(K):
   assert len(eps) == 3 and eps[0] < eps[1] < eps[2]
   for epoch, value in enumerate(eps, start=1):
     expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-        64, 16, 2.0, epoch, 1e-5, sampling="without_replacement")
+        64, 16, 2.0, epoch, 1e-5, sampling="fixed_size")
     assert value == pytest.approx(expected, rel=1e-5)
 
 
@@ -42,7 +42,7 @@ def test_budget_stops_before_target_is_exceeded(K):
   assert eps <= target and not budget.exceeded
   # One more lot would have exceeded the target.
   more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="without_replacement")
+      64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="fixed_size")
   assert more > target
   assert 1 < lots < 50 * 4
 
@@ -96,5 +96,5 @@ def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
       model.optimizer.ledger, 1e-5)
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      n, 250, 1.1, 2, 1e-5, sampling="without_replacement")
+      n, 250, 1.1, 2, 1e-5, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-5) and math.isfinite(eps)

@@ -38,7 +38,7 @@ def test_one_step_in_a_tf_function_equals_the_per_example_loop(K):
   for a, b in zip(expected, _weights(model)):
     np.testing.assert_allclose(b, a, atol=1e-6)
   samples = optimizer.ledger.to_dict()["samples"]
-  assert len(samples) == 1 and samples[0]["selection_probability"] == 1.0
+  assert len(samples) == 1 and samples[0]["sampling_probability"] == 1.0
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -88,7 +88,7 @@ def test_lots_of_several_batches_noise_once_and_record_once(K):
   step(tf.constant(x[8:]), tf.constant(y[8:]))
   assert any(np.any(a != b) for a, b in zip(before, _weights(model)))
   samples = optimizer.ledger.to_dict()["samples"]
-  assert len(samples) == 1 and samples[0]["selection_probability"] == 1.0
+  assert len(samples) == 1 and samples[0]["sampling_probability"] == 1.0
 
 
 @pytest.mark.parametrize("K", KERAS)

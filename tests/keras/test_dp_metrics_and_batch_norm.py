@@ -51,7 +51,7 @@ def test_metrics_query_costs_privacy_in_the_same_ledger_sample(K):
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
       model.optimizer.ledger, 1e-5)
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      64, 16, z, 1, 1e-5, sampling="without_replacement")
+      64, 16, z, 1, 1e-5, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-4)
 
 

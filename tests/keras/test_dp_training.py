@@ -73,7 +73,7 @@ def test_microbatches_equal_loop_over_microbatch_means(K, method):
     np.testing.assert_allclose(b, a, atol=1e-6)
   sample = model.optimizer.ledger.to_dict()["samples"][0]
   assert sample["examples_per_record"] == 3
-  assert sample["selection_probability"] == pytest.approx(1.0)
+  assert sample["sampling_probability"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -89,7 +89,7 @@ def test_gradient_accumulation_adds_noise_once_per_lot(K):
     np.testing.assert_allclose(b, a, atol=1e-6)
   samples = model.optimizer.ledger.to_dict()["samples"]
   assert len(samples) == 1  # one lot of 3 batches, one ledger sample.
-  assert samples[0]["selection_probability"] == pytest.approx(1.0)
+  assert samples[0]["sampling_probability"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -133,7 +133,7 @@ def test_ledger_matches_compute_dp_sgd_privacy(K):
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(model.optimizer.ledger,
                                                       1e-5)
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      64, 16, 1.1, 3, 1e-5, sampling="without_replacement")
+      64, 16, 1.1, 3, 1e-5, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-5)
 
 

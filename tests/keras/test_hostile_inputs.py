@@ -55,7 +55,7 @@ def test_batch_size_one_and_huge(K, batch):
   model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
   assert finite_weights(model)
   assert model.optimizer.ledger.to_dict()["samples"][0][
-      "selection_probability"] == pytest.approx(1.0)
+      "sampling_probability"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -40,9 +40,9 @@ def test_inferred_from_fit_arrays_less_the_validation_split(K, split,
   assert model.optimizer.dp_config.population_size == expected_n
   assert len(samples) == -(-expected_n // 10)
   assert {s["population_size"] for s in samples} == {expected_n}
-  assert samples[0]["selection_probability"] == pytest.approx(
+  assert samples[0]["sampling_probability"] == pytest.approx(
       10 / expected_n)
-  assert samples[-1]["selection_probability"] == pytest.approx(
+  assert samples[-1]["sampling_probability"] == pytest.approx(
       (expected_n % 10 or 10) / expected_n)
 
 

@@ -115,7 +115,7 @@ def test_one_example_moves_the_clipped_sum_by_at_most_its_bound(K, flavor,
   sample = data["samples"][0]
   lot = neighbours.BATCH * case.accumulation
   assert sample["sampling"] == case.sampling
-  assert sample["selection_probability"] == pytest.approx(
+  assert sample["sampling_probability"] == pytest.approx(
       lot / neighbours.POPULATION)
   if case.microbatches:
     assert sample["examples_per_record"] == (

@@ -90,7 +90,7 @@ def test_poisson_lot_of_several_batches_is_one_recorded_sample(K):
   samples = model.optimizer.ledger.to_dict(
       ledger_format="tf_dp.privacy_ledger/1")["samples"]
   assert len(samples) == 3
-  assert all(s["sampling"] == "poisson" and s["selection_probability"] == q
+  assert all(s["sampling"] == "poisson" and s["sampling_probability"] == q
              for s in samples)
 
 
@@ -123,7 +123,7 @@ def test_incomplete_lot_at_an_unknown_epoch_end_is_discarded(K):
   samples = model.optimizer.ledger.to_dict(
       ledger_format="tf_dp.privacy_ledger/1")["samples"]
   assert len(samples) == 4  # 2 whole lots per epoch; the 5th batch dropped.
-  assert all(s["selection_probability"] == pytest.approx(16 / 40)
+  assert all(s["sampling_probability"] == pytest.approx(16 / 40)
              for s in samples)
 
 
@@ -135,7 +135,7 @@ def test_changing_the_population_size_changes_the_recorded_q():
   ledger.record_sample(event, sample_size=tf.constant(100.0))
   ledger.record_sample(event)  # The registered q follows n as well.
   samples = ledger.to_dict(ledger_format="tf_dp.privacy_ledger/1")["samples"]
-  assert [s["selection_probability"] for s in samples] == pytest.approx(
+  assert [s["sampling_probability"] for s in samples] == pytest.approx(
       [0.1, 0.2, 0.2])
   assert [s["population_size"] for s in samples] == [1000, 500, 500]
 
@@ -157,7 +157,7 @@ def test_budget_holds_per_step_with_steps_per_execution(K,
   lots = int(model.optimizer.ledger.sample_count)
   assert budget.epsilon() <= target and not budget.exceeded
   more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="without_replacement")
+      64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="fixed_size")
   assert more > target
 
 

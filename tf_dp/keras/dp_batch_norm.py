@@ -15,7 +15,7 @@ clipping path (``per_example_method="auto"`` or ``"fast"``).
 
 import tensorflow as tf
 
-from tf_dp.dp_query import _checks
+from tf_dp.analysis import checks
 
 
 class DPBatchNormalizationMixin:
@@ -23,9 +23,9 @@ class DPBatchNormalizationMixin:
 
   def _dp_bn_init(self, l2_norm_clip, noise_multiplier, momentum, epsilon,
                   center, scale):
-    self.l2_norm_clip = _checks.positive("l2_norm_clip", l2_norm_clip)
-    self.noise_multiplier = _checks.non_negative("noise_multiplier",
-                                                 noise_multiplier)
+    self.l2_norm_clip = checks.check_positive("l2_norm_clip", l2_norm_clip)
+    self.noise_multiplier = checks.check_non_negative("noise_multiplier",
+                                                      noise_multiplier)
     if not 0 <= momentum < 1:
       raise ValueError(f"momentum must lie in [0, 1); got {momentum!r}.")
     if not (center or scale):

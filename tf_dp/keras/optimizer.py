@@ -89,7 +89,7 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       example is in a lot (of ``gradient_accumulation_steps`` batches).
     clipping, noise_allocation: Strategies of McMahan & Andrew (2018) when no
       dp_query is given: ``"flat"``, ``"per_layer"`` or
-      ``"dimension_adjusted"``; ``"proportional"`` or
+      ``"dimensionality_adjusted"``; ``"proportional"`` or
       ``"dimensionality_adjusted"``.
     max_lots: Ledger capacity (number of lots in the whole run).
     per_example_method: ``"auto"`` (default): per-record norms from one

@@ -26,35 +26,34 @@ import tensorflow as tf
 
 PREFIX = "tf_dp_"
 
-# The ledger's variables, read and written directly until ``PrivacyLedger``
-# has public ``export_buffers`` / ``import_buffers`` methods (requested).
-_LEDGER_SCALARS = (
-    ("ledger_population_size", "population_size", np.float64),
-    ("ledger_selection_probability", "selection_probability", np.float64),
-    ("ledger_examples_per_record", "examples_per_record", np.float64),
-    ("ledger_sampling_code", "_sampling_code", np.float64),
-    ("ledger_sample_count", "_sample_count", np.int32),
-    ("ledger_query_count", "_query_count", np.int32),
-    ("ledger_dropped_samples", "_dropped_samples", np.int32),
+# The saved arrays' names (after PREFIX), in the order ``.h5`` files list
+# them, and the ledger's ``export_buffers`` key each one holds. The names
+# are a file format: models saved before keep loading, so they never change
+# (``selection_probability`` is the saved name of the sampling probability).
+_SAVED_NAMES = (
+    ("ledger_population_size", "population_size"),
+    ("ledger_selection_probability", "sampling_probability"),
+    ("ledger_examples_per_record", "examples_per_record"),
+    ("ledger_sampling_code", "sampling_code"),
+    ("ledger_sample_count", "sample_count"),
+    ("ledger_query_count", "query_count"),
+    ("ledger_dropped_samples", "dropped_samples"),
+    ("ledger_samples", "samples"),
+    ("ledger_queries", "queries"),
 )
-_LEDGER_ROWS = (("ledger_samples", "_samples", "ledger_sample_count"),
-                ("ledger_queries", "_queries", "ledger_query_count"))
-LEDGER_KEYS = tuple(k for k, _, _ in _LEDGER_SCALARS) + tuple(
-    k for k, _, _ in _LEDGER_ROWS)
+LEDGER_KEYS = tuple(saved for saved, _ in _SAVED_NAMES)
+
+
 def numpy(variable):
   return np.asarray(tf.convert_to_tensor(variable))
 
 
 def export_state(engine):
-  """The engine's ledger as ``{name: numpy array}``."""
-  ledger = engine.ledger
-  state = {key: np.asarray(numpy(getattr(ledger, attr)), dtype)
-           for key, attr, dtype in _LEDGER_SCALARS}
-  for key, attr, count_key in _LEDGER_ROWS:
-    # At least one row: some stores cannot hold an empty array.
-    rows = max(int(state[count_key]), 1)
-    state[key] = numpy(getattr(ledger, attr)[:rows])
-  return state
+  """The engine's ledger as ``{saved name: numpy array}`` (its
+  ``export_buffers``: the rows written, the counters, the sampling
+  parameters)."""
+  buffers = engine.ledger.export_buffers()
+  return {saved: buffers[key] for saved, key in _SAVED_NAMES}
 
 
 def state_keys(count):
@@ -65,22 +64,19 @@ def state_keys(count):
 
 
 def restore_ledger(ledger, state):
-  """Overwrites ``ledger`` with the exported ledger in ``state``."""
-  for key, attr, count_key in _LEDGER_ROWS:
-    buffer = getattr(ledger, attr)
-    count = int(state[count_key])
-    if count > buffer.shape[0]:
-      raise ValueError(
-          f"The saved privacy ledger holds {count} rows in {key} but this "
-          f"optimizer's ledger has room for {buffer.shape[0]}. Rebuild the "
-          f"optimizer with a larger max_lots (tf_dp.DPOptimizer(..., "
-          f"max_lots=...)) before loading.")
-    full = np.zeros(buffer.shape, np.float64)
-    full[:count] = np.asarray(state[key], np.float64)[:count]
-    buffer.assign(full)
-  for key, attr, _ in _LEDGER_SCALARS:
-    variable = getattr(ledger, attr)
-    variable.assign(tf.cast(state[key], variable.dtype))
+  """Overwrites ``ledger`` with the exported ledger in ``state``.
+
+  Raises:
+    ValueError: if the saved ledger holds more rows than ``ledger`` has
+      room for, naming ``max_lots``.
+  """
+  try:
+    ledger.import_buffers({key: state[saved] for saved, key in _SAVED_NAMES})
+  except ValueError as e:
+    raise ValueError(
+        f"The saved privacy ledger does not fit this optimizer's ledger: "
+        f"{e} Rebuild the optimizer with a larger max_lots "
+        f"(tf_dp.DPOptimizer(..., max_lots=...)) before loading.") from e
 
 
 def restore_state(engine, state):
@@ -101,8 +97,7 @@ def check_ledger_covers(applied, ledger):
   Raises:
     ValueError: when the ledger of earlier training was not restored.
   """
-  # pylint: disable-next=protected-access
-  recorded = int(numpy(ledger._sample_count + ledger._dropped_samples))
+  recorded = int(numpy(ledger.sample_count))  # Written and dropped.
   if applied <= recorded:
     return
   raise ValueError(
