@@ -105,7 +105,7 @@ def run(kind, sigma, data, setup, seed, epochs):
     opt, _ = dpd.make_dpd_optimizer(n, batch, epochs, setup["clip"],
                                     setup["eta0"], noise_multiplier=sigma,
                                     clipping_unit="batch",
-                                    sampling="fixed_size", keras=keras)
+                                    sampling="shuffled", keras=keras)
     fit_kw = dict(x=x, y=y, batch_size=batch, epochs=epochs, shuffle=True)
   else:
     steps = dpd.dpd_iterations(n, batch, epochs, "poisson")

@@ -152,16 +152,21 @@ def lot_update(K, flavor, case, x, y, weights, initial):
   before = np.concatenate([v.numpy().ravel()
                            for v in model.trainable_variables])
   fit_kw = dict(epochs=1, verbose=0)
-  if case.sampling == "poisson":
-    y_ds = tuple(y) if isinstance(y, list) else y
-    ds = tf.data.Dataset.from_tensor_slices((x, y_ds, weights))
-    model.fit(ds.batch(BATCH), **fit_kw)
-  else:
+  if case.weighting == "class_weight":
+    fit_kw["class_weight"] = {0: 0.5, 1: 2.0, 2: 1.5}
+  if case.sampling == "shuffled":
     if case.weighting == "sample_weight":
       fit_kw["sample_weight"] = weights
-    if case.weighting == "class_weight":
-      fit_kw["class_weight"] = {0: 0.5, 1: 2.0, 2: 1.5}
     model.fit(x, y, batch_size=BATCH, shuffle=False, **fit_kw)
+  else:
+    # Lots of a sampler arrive as a dataset (fit refuses arrays under
+    # fixed-size and Poisson sampling): here the lot drawn is D itself.
+    y_ds = tuple(y) if isinstance(y, list) else y
+    with_weights = case.sampling == "poisson" or (
+        case.weighting == "sample_weight")
+    ds = tf.data.Dataset.from_tensor_slices(
+        (x, y_ds, weights) if with_weights else (x, y_ds))
+    model.fit(ds.batch(BATCH), **fit_kw)
   after = np.concatenate([v.numpy().ravel()
                           for v in model.trainable_variables])
   return before - after, model.optimizer.ledger

@@ -35,7 +35,7 @@ def test_one_step_of_batch_clipping_is_algorithm_1_literally(K):
   expected = [v.numpy() - eta0 / 2 * g
               for v, g in zip(model.trainable_variables, clipped)]
   opt, info = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
-                                 clipping_unit="batch", sampling="fixed_size",
+                                 clipping_unit="batch", sampling="shuffled",
                                  learning_rate_decay="step", keras=K)
   _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)
   assert info["iterations"] == 5
@@ -51,7 +51,9 @@ def test_ledger_records_batch_clipping_and_honest_epsilon(K):
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  model.fit(x, y, batch_size=10, epochs=1, verbose=0)
+  data = tf_dp.data.fixed_size_sampled_batches(x, y, 10, info["iterations"],
+                                               seed=1)
+  model.fit(data, epochs=1, verbose=0)
   samples = opt.ledger.to_dict()["samples"]
   assert len(samples) == 10
   assert samples[0]["examples_per_record"] == 10
@@ -79,7 +81,7 @@ def test_noise_of_one_dpd_step(K, clipping_unit):
   y = np.zeros(n, np.int32)
   opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=sigma,
                               clipping_unit=clipping_unit,
-                              sampling="fixed_size", learning_rate_decay="step",
+                              sampling="shuffled", learning_rate_decay="step",
                               keras=K)
   model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=opt,
@@ -114,7 +116,7 @@ def test_one_step_of_per_example_clipping(K):
   # The reference averages the clipped gradients: lr = S eta_0 / 2.
   expected = helpers.reference_update(model, x, y, clip=c, lr=s * eta0 / 2)
   opt, _ = make_dpd_optimizer(n, s, 1, c, eta0, noise_multiplier=0.0,
-                              sampling="fixed_size", keras=K)
+                              sampling="shuffled", keras=K)
   _assert_one_epoch_reaches(model, opt, loss, x, y, s, expected)
 
 

@@ -84,7 +84,8 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       ``tf_dp.data.fixed_size_sampled_batches``: independent uniform subsets,
       replace-one neighbours) or ``"poisson"`` (lots from
       ``tf_dp.data.poisson_sampled_batches``; add/remove neighbours). The
-      last two are guarantees.
+      last two are guarantees; ``fit`` on arrays or tensors, which Keras
+      batches itself, refuses them before any step.
     sampling_probability: q for ``"poisson"``: the probability that an
       example is in a lot (of ``gradient_accumulation_steps`` batches).
     clipping, noise_allocation: Strategies of McMahan & Andrew (2018) when no

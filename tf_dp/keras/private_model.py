@@ -138,13 +138,57 @@ def training_examples(fit, args, kwargs):
   return n if n >= 1 else None
 
 
+# The samplers whose datasets hold the lots each declared sampling promises.
+_SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
+             "poisson": "tf_dp.data.poisson_sampled_batches"}
+
+
+def check_sampling_of_fit_on_arrays(config):
+  """Refuses a ``fit`` on arrays or tensors whose lots are not what
+  ``config.sampling`` declares.
+
+  Keras batches arrays itself, shuffled once per epoch (or in order):
+  that is ``sampling="shuffled"``. ``"fixed_size"`` and ``"poisson"``
+  declare lots drawn by tf_dp's samplers (independent uniform subsets;
+  independent inclusions with probability q), which come as a dataset.
+  Training on arrays under them would have the ledger record lots that were
+  never drawn, and the epsilon computed from it would not be a guarantee
+  (for Poisson, the q and the denominator q * n would be wrong too).
+
+  Privacy contract: called by ``fit`` before any step, so a refused ``fit``
+  changes no weight and writes nothing to the ledger.
+
+  Args:
+    config: The ``DPConfig`` of the model's ``DPOptimizer``.
+
+  Raises:
+    ValueError: for ``sampling="fixed_size"`` or ``"poisson"``, naming both
+      fixes.
+  """
+  sampler = _SAMPLERS.get(config.sampling)
+  if sampler is None:
+    return
+  raise ValueError(
+      f"DPOptimizer(sampling={config.sampling!r}) declares lots drawn by "
+      f"{sampler}, but fit was given arrays or tensors, which Keras batches "
+      f"itself (shuffled once per epoch, or in order): the privacy ledger "
+      f"would record {config.sampling} lots that were never drawn, and its "
+      f"epsilon would not hold. Fix it in one of two ways: (1) to train on "
+      f"arrays, use DPOptimizer(..., sampling=\"shuffled\") (each example "
+      f"once per epoch; accounted as fixed-size sampling, with a warning); "
+      f"or (2) keep sampling={config.sampling!r} and pass fit the dataset "
+      f"from {sampler}(x, y, ...).")
+
+
 def _dp_fit(self, *args, **kwargs):
-  """``fit`` with tf_dp's self-check and lot-boundary guard; takes
-  ``population_size`` from the arrays when it was not given."""
+  """``fit`` with tf_dp's self-check and lot-boundary guard; refuses arrays
+  under a sampling that Keras does not draw; takes ``population_size``
+  from the arrays when it was not given."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
   optimizer = getattr(self, "optimizer", None)
   examples = training_examples(type(self).fit, (self,) + args, kwargs)
   if examples is not None and optimizer_base.is_dp_optimizer(optimizer):
+    check_sampling_of_fit_on_arrays(optimizer.dp_engine.config)
     optimizer.dp_engine.infer_population_size(examples)
   _build_on_first_batch(self, args, kwargs)
   _self_check(self, args, kwargs)
@@ -167,6 +211,9 @@ def make_private(model, self_check=True):
   ``tf_dp.keras.check_privacy`` on a few examples of its first batch: a
   layer that mixes examples, or a fast rule that disagrees with the
   per-example reference, stops training before any step with the reason.
+  ``fit`` on arrays or tensors trains only under ``sampling="shuffled"``
+  (what Keras does with them); under ``"fixed_size"`` or ``"poisson"`` it
+  is refused before any step (``check_sampling_of_fit_on_arrays``).
 
   Args:
     model: A Keras model (built or not).

@@ -27,14 +27,15 @@ is clipped to C as one record):
 Sampling: ``"poisson"`` (default; the paper's accounting assumes each example
 is included independently with probability nu) trains on
 ``tf_dp.data.poisson_sampled_batches``; ``"fixed_size"`` on batches of
-exactly S examples, recorded in the ledger as fixed-size samples: train on
-``tf_dp.data.fixed_size_sampled_batches`` for that guarantee (Keras's
-shuffled batches, ``fit(x, y, batch_size=S)``, meet it only by the
-conventional approximation; see ``tf_dp.data``). The ledger records the
-sampling, so tf_dp's accountant reports the epsilon of the run: under
-Poisson sampling (add/remove neighbours) the per-example sum has
-sensitivity C and noise ``2 C sigma``; under fixed-size sampling
-(replace-one neighbours) sensitivity 2C.
+exactly S examples drawn by ``tf_dp.data.fixed_size_sampled_batches`` (a
+guarantee); ``"shuffled"`` on Keras's own batches of the arrays,
+``fit(x, y, batch_size=S, shuffle=True)``, accounted like fixed-size
+samples by the conventional approximation (the accountant warns; see
+``tf_dp.data``). ``fit`` on arrays refuses the first two. The ledger
+records the sampling, so tf_dp's accountant reports the epsilon of the run:
+under Poisson sampling (add/remove neighbours) the per-example sum has
+sensitivity C and noise ``2 C sigma``; under fixed-size and shuffled
+sampling (replace-one neighbours) sensitivity 2C.
 """
 
 import math
@@ -49,7 +50,7 @@ from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.reproductions import dpd_accounting
 
 CLIPPING_UNITS = ("per_example", "batch")
-SAMPLINGS = ("poisson", "fixed_size")
+SAMPLINGS = ("poisson", "fixed_size", "shuffled")
 DECAYS = ("epoch", "step")
 METHODS = ("rdp",) + dpd_accounting.METHODS
 
@@ -80,7 +81,11 @@ def dpd_learning_rate(keras, initial, steps_per_decay):
 def _accountant_run(population_size, batch_size, iterations, sampling):
   """The (epochs, sampling) arguments under which tf_dp.analysis accounts
   exactly ``iterations`` steps of this sampling: it composes
-  ceil(epochs * N / S) steps, so a fractional number of epochs is passed."""
+  ceil(epochs * N / S) steps, so a fractional number of epochs is passed.
+  Shuffled batches are accounted as fixed-size samples, as the ledger's
+  accountant does."""
+  if sampling == "shuffled":
+    sampling = "fixed_size"
   return iterations * batch_size / population_size, sampling
 
 
@@ -113,9 +118,10 @@ def _check_choices(as_published, **kwargs):
     checks.check_choice(name, value, allowed[name])
   if kwargs["clipping_unit"] == "batch" and kwargs["sampling"] == "poisson":
     raise ValueError(
-        "clipping_unit='batch' needs sampling='fixed_size': a batch clipped "
-        "as a whole is one record, and Poisson samples have no fixed "
-        "records. Use clipping_unit='per_example' with Poisson sampling.")
+        "clipping_unit='batch' needs sampling='fixed_size' (or "
+        "'shuffled'): a batch clipped as a whole is one record, and Poisson "
+        "samples have no fixed records. Use clipping_unit='per_example' "
+        "with Poisson sampling.")
   if kwargs["method"] == "rdp" and as_published:
     raise ValueError("as_published applies to method='ac' or 'zcdp' (the "
                      "paper's accountings), not to method='rdp'.")
@@ -186,8 +192,13 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
       ``clipping`` still works, with a DeprecationWarning.
     sampling: ``"poisson"`` (train on ``tf_dp.data.poisson_sampled_batches(x,
       y, info["sampling_probability"], info["iterations"])`` in ONE Keras
-      epoch) or ``"fixed_size"`` (batches of S examples, E passes: see the
-      module docstring).
+      epoch), ``"fixed_size"`` (train on
+      ``tf_dp.data.fixed_size_sampled_batches(x, y, S,
+      info["iterations"])``) or ``"shuffled"``: the sampling that matches
+      ``fit(x, y, batch_size=S, epochs=E)`` on arrays (Keras's shuffled
+      batches; same epsilon as fixed-size, by the conventional
+      approximation, with a warning from the accountant). ``fit`` on
+      arrays refuses ``"poisson"`` and ``"fixed_size"``.
     learning_rate_decay: ``"epoch"`` or ``"step"``.
     keras: The Keras module (default: Keras 3 if installed, else tf-keras).
 
