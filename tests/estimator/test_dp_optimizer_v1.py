@@ -127,6 +127,63 @@ def test_estimator_trains_and_writes_the_ledger(tmp_path, opt_cls):
   assert eps == pytest.approx(expected, rel=1e-4)
 
 
+DISTRIBUTED_ESTIMATOR = r"""
+import sys
+import numpy as np
+import tensorflow as tf
+replicas = int(sys.argv[1])
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tf_dp import estimator as dp_estimator
+x = np.random.default_rng(0).random((64, 4)).astype("float32")
+y = (x[:, 0] > 0.5).astype("int32")
+
+def model_fn(features, labels, mode):
+  logits = tf.compat.v1.layers.dense(features, 2)
+  loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits,
+                                                         from_logits=True)
+  opt = dp_estimator.DPGradientDescentOptimizer(1.0, 1.1, 64,
+                                                learning_rate=0.1)
+  train_op = opt.minimize(loss,
+                          global_step=tf.compat.v1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=tf.reduce_mean(loss),
+                                    train_op=train_op)
+
+devices = ["/cpu:0", "/cpu:1"][:replicas]
+config = tf.estimator.RunConfig(
+    train_distribute=tf.distribute.MirroredStrategy(devices))
+est = tf.estimator.Estimator(model_fn, config=config, model_dir=sys.argv[2])
+est.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(
+    16), steps=3)
+print("samples", len(dp_estimator.ledger_from_checkpoint(sys.argv[2])[
+    "samples"]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(tf, "estimator"),
+                    reason="tf.estimator exists up to TF 2.15 only")
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_estimator_under_a_strategy_trains_on_one_replica_only(replicas,
+                                                               tmp_path):
+  # Two replicas would each noise and record their half batch as a lot of
+  # its own (the ledger would understate epsilon): refused at once, with
+  # the fix. One replica trains and records one sample per step.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  out = subprocess.run(
+      [sys.executable, "-c", DISTRIBUTED_ESTIMATOR, str(replicas),
+       str(tmp_path / "model")], capture_output=True, text=True, timeout=300,
+      check=False)
+  if replicas == 1:
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "samples 3" in out.stdout
+  else:
+    assert out.returncode != 0
+    assert "train on one replica; this MirroredStrategy has 2" in out.stderr
+    assert "tf_dp.keras.make_private" in out.stderr
+
+
 def _estimator_mean(x, kernel, bias, query, **dp_kwargs):
   """The Estimator optimizer's private mean gradient of the per-example
   loss ``x @ kernel + bias`` (a v1 Session)."""

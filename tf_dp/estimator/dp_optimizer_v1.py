@@ -40,6 +40,26 @@ LEDGER_NAME = "tf_dp_privacy_ledger"
 _v1 = tf.compat.v1
 
 
+def _refuse_several_replicas():
+  """Refuses a ``train_distribute`` strategy with several replicas.
+
+  Each replica would clip, noise and record its part of the batch as a lot
+  of its own: the ledger would compose R samples of q / R where the step
+  is one sample of q (which understates epsilon), and the compat.v1
+  optimizers sum the replicas' means.
+  """
+  strategy = tf.distribute.get_strategy()
+  if tf.distribute.has_strategy() and strategy.num_replicas_in_sync > 1:
+    raise ValueError(
+        f"tf_dp's Estimator optimizers train on one replica; this "
+        f"{type(strategy).__name__} has {strategy.num_replicas_in_sync}. Each "
+        f"replica would noise and record its part of the batch as a lot of "
+        f"its own, which understates epsilon. Train without "
+        f"train_distribute (or with one device), or use the Keras path "
+        f"(tf_dp.keras.make_private + tf_dp.DPOptimizer), which merges the "
+        f"replicas' clipped sums and noises each global lot once.")
+
+
 class _DPMixin:
   """Clips per-record gradients, noises the sum once, records the ledger.
 
@@ -49,6 +69,7 @@ class _DPMixin:
   to the sum; the sum is divided by the number of records (fixed-size and
   shuffled batches) or by ``sampling_probability * population_size``
   (Poisson); one ledger sample is written per ``compute_gradients`` call.
+  One replica only: a strategy with several replicas is refused.
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,
@@ -103,9 +124,11 @@ class _DPMixin:
       A list of ``(mean_gradient, variable)`` pairs.
 
     Raises:
-      ValueError: if ``loss`` is a callable or not of shape ``[batch]``.
+      ValueError: if ``loss`` is a callable or not of shape ``[batch]``, or
+        under a ``tf.distribute`` strategy with several replicas.
     """
     del kwargs
+    _refuse_several_replicas()
     if callable(loss):
       raise ValueError("tf_dp v1 optimizers need the per-example loss "
                        "tensor, not a callable.")
