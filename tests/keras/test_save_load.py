@@ -7,7 +7,12 @@ rows, so the epsilons agree to float rounding (rel=1e-9). The refusal tests
 lose the ledger on purpose and expect a ValueError before any update.
 """
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
+import zipfile
 
 import numpy as np
 import pytest
@@ -300,3 +305,36 @@ def test_wrapped_optimizer_slots_travel_with_the_ledger(K, fmt, legacy,
   assert int(loaded.optimizer.iterations.numpy()) == 2 * LOTS_PER_EPOCH
   assert len(loaded.optimizer.ledger.to_dict()["samples"]) == (
       2 * LOTS_PER_EPOCH)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_saved_files_name_the_classes_as_they_always_did(K, tmp_path):
+  """A ``.keras`` file records the DP optimizer's registered name and module
+  (Keras 2's loader imports that module in a process where the class is
+  not registered yet): both stay what files of every version hold, and a
+  fresh process that only imported tf_dp loads a Keras 2 file."""
+  model = _compiled(K)
+  _fit(model, 1)
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  with zipfile.ZipFile(path) as archive:
+    saved = json.loads(archive.read("config.json"))["compile_config"][
+        "optimizer"]
+  suffix = "3" if _is_keras3(K) else "2"
+  assert saved["registered_name"] == f"tf_dp>DPOptimizerKeras{suffix}"
+  assert saved["module"] == f"tf_dp.keras.optimizer_keras{suffix}"
+  if _is_keras3(K):
+    return  # Keras 3 finds classes by their registered name only.
+  code = textwrap.dedent(f"""
+      import importlib.util, os
+      if importlib.util.find_spec("tf_keras") is not None:
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+      import tensorflow as tf
+      import tf_dp
+      model = tf.keras.models.load_model({path!r})
+      print(type(model.optimizer).__name__)
+  """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip().splitlines()[-1] == "DPOptimizerKeras2"

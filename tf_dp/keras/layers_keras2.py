@@ -3,8 +3,7 @@
 ``DPBatchNormalization`` for Keras 2 models (see
 ``tf_dp.keras.dp_batch_norm``); ``tf_dp.keras.layers`` has the default
 Keras's, which is this one where Keras 3 is not installed. Saved models
-record this module for the Keras 2 class (registered as
-``"tf_dp>DPBatchNormalization"``).
+record this module for the Keras 2 class.
 """
 
 from tf_dp.keras import backend

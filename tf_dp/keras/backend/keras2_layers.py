@@ -6,13 +6,14 @@ from tf_dp.keras.backend import keras2
 _keras = keras2.module()
 
 
-@_keras.utils.register_keras_serializable(package="tf_dp")
 class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
                            _keras.layers.Layer):
   """Batch normalisation with DP statistics (Keras 2); see dp_batch_norm.
 
-  Registered as ``"tf_dp>DPBatchNormalization"`` in Keras 2's registry, so
-  ``load_model`` finds it without ``custom_objects``.
+  Saved under the names it always had: ``"tf_dp>DPBatchNormalization"``
+  (registered, so ``load_model`` finds it) where Keras 2 is the ``keras``
+  package (TF 2.15); its class name with tf-keras next to Keras 3 (load
+  with ``custom_objects={"DPBatchNormalization": DPBatchNormalization}``).
 
   Args:
     l2_norm_clip: Clip of one record's (mean, mean of squares) vector.
@@ -30,3 +31,8 @@ class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
     super().__init__(**kwargs)
     self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
                      center, scale)
+
+
+if not _keras.__name__.startswith("tf_keras"):
+  _keras.utils.register_keras_serializable(package="tf_dp")(
+      DPBatchNormalization)
