@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_dp
 from tf_dp.dp_query import GaussianSumQuery
 from tf_dp.dp_query import NestedQuery
 from tf_dp.dp_query import QuantileAdaptiveClipSumQuery
