@@ -41,7 +41,9 @@ def test_empty_poisson_sample_releases_only_noise(K):
                      sampling="poisson", sampling_probability=0.5)
   before = [v.numpy() for v in model.trainable_variables]
   weights = np.zeros(8, np.float32)  # Poisson drew nobody: all padding.
-  model.fit(x, y, sample_weight=weights, batch_size=8, epochs=1, verbose=0)
+  # A Poisson lot comes as a dataset of (x, y, weight), as the sampler's.
+  empty_lot = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(8)
+  model.fit(empty_lot, epochs=1, verbose=0)
   after = [v.numpy() for v in model.trainable_variables]
   assert finite_weights(model) and not np.allclose(before[0], after[0])
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 1

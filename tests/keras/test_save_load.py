@@ -134,13 +134,21 @@ def test_backup_and_restore_keeps_the_ledger(K, tmp_path):
 
 @pytest.mark.parametrize("K", KERAS)
 def test_open_lot_is_never_saved(K, tmp_path):
-  """Poisson lots of 3 batches, 4 batches per epoch: saved with 2 batches of
-  a lot open. The open lot is an un-noised sum of clipped gradients: it is
-  not in the file (nor in a tf.train.Checkpoint), and the loaded model
+  """Poisson lots of 3 batches (tf_dp.data's sampler): saved with 2 batches
+  of a lot open. The open lot is an un-noised sum of clipped gradients: it
+  is not in the file (nor in a tf.train.Checkpoint), and the loaded model
   starts a fresh lot; the ledger holds exactly the lots released."""
+  q = 3 * BATCH / N
   model = _compiled(K, gradient_accumulation_steps=3, sampling="poisson",
-                    sampling_probability=3 * BATCH / N)
-  _fit(model, 2)  # 8 batches: 2 lots, 2 batches open.
+                    sampling_probability=q)
+  x, y = helpers.make_data("dense", N)
+
+  def fit_batches(model, batches, seed):
+    lots = tf_dp.data.poisson_sampled_batches(x, y, q, 3, seed=seed,
+                                              batches_per_lot=3)
+    model.fit(lots.take(batches), epochs=1, verbose=0)
+
+  fit_batches(model, 8, seed=1)  # 8 batches: 2 lots, 2 batches open.
   engine = model.optimizer.dp_engine
   assert int(engine.batches_in_lot.numpy()) == 2
   assert not [k for k in model.optimizer.dp_state() if "lot" in k]
@@ -153,7 +161,7 @@ def test_open_lot_is_never_saved(K, tmp_path):
     assert "lot" not in name or "allowed" in name, name
   loaded = _save_and_load(K, "keras" if _is_keras3(K) else "h5", model,
                           tmp_path)
-  _fit(loaded, 2)  # 8 more batches: 2 fresh lots, 2 batches open.
+  fit_batches(loaded, 8, seed=2)  # 8 more: 2 fresh lots, 2 batches open.
   assert int(loaded.optimizer.dp_engine.batches_in_lot.numpy()) == 2
   assert len(loaded.optimizer.ledger.to_dict()["samples"]) == 4
   assert int(loaded.optimizer.iterations.numpy()) == 4
