@@ -212,6 +212,37 @@ def test_conv_rules_with_microbatches(K, case):
   _fast_step_matches_loop(K, model, x, y, num_microbatches=3)
 
 
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("records", [70, 35])
+def test_one_channel_norms_in_chunks_equal_patch_norms(K, records):
+  # A static batch of 70 (two chunks of the depthwise kernel gradient),
+  # per example and in microbatches of two, against the patch path and a
+  # per-example loop.
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import linear  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  for layer, shape in [(K.layers.Conv2D(5, 4, strides=2, padding="same"),
+                        (12, 12, 1)),
+                       (K.layers.Conv1D(3, 3, strides=2), (11, 1))]:
+    x = tf.constant(rng.normal(size=(70,) + shape).astype("float32"))
+    out = layer(x)
+    g = tf.constant(rng.normal(size=out.shape).astype("float32"))
+    rule = conv_rules.ConvRule()
+    assert conv_rules._single_channel_kernel_grads(layer, x, g) is not None  # pylint: disable=protected-access
+    direct = tf.function(rule.kernel_sq_norms)(layer, x, g, records)
+    patches = linear.LinearRule.kernel_sq_norms(rule, layer, x, g, records)
+    np.testing.assert_allclose(direct, patches, rtol=1e-5)
+    kernel = layer.kernel
+    per_example = []
+    for i in range(70):
+      with tf.GradientTape() as tape:
+        z = tf.reduce_sum(layer(x[i:i + 1]) * g[i:i + 1])
+      per_example.append(tape.gradient(z, kernel).numpy())
+    per_record = np.asarray(per_example).reshape(records, -1).reshape(
+        records, 70 // records, -1).sum(1)
+    np.testing.assert_allclose(direct, np.sum(per_record ** 2, 1), rtol=1e-4)
+
+
 def test_strided_block_patches_equal_extract_patches():
   # Each patch holds the same values as ExtractImagePatches' (the feature
   # order within a patch may differ; norms do not depend on it).
