@@ -3,8 +3,8 @@
 Oracles: dp_accounting 0.6.0's PLD accountant (Poisson sampling; same
 connect-the-dots discretisation), its optimistic PLD (a lower estimate of
 the true epsilon), the analytic Gaussian mechanism (Balle & Wang 2018), the
-RDP accountant (an upper bound that PLD must not exceed) and the published
-figures of the accounting issue.
+RDP accountant (an upper bound that PLD must not exceed) and reference
+figures of dp_accounting's PLD for three MNIST runs.
 """
 
 import math
@@ -24,8 +24,8 @@ Q_MNIST = 256 / 60000
 # (noise multiplier, steps): scripts/main.sh; TF Privacy README MNIST at 60
 # epochs (ceil(60 * 60000 / 256) steps) with sigma 1.1 and 2.178.
 RUNS = [(1.3, 702), (1.1, 14063), (2.178, 14063)]
-# The figures quoted in the issue, computed with dp_accounting's PLD at a
-# grid of 1e-3 (that grid reproduces them to the last digit, below).
+# Reference epsilons of these runs from dp_accounting's PLD at a grid of
+# 1e-3 (that grid reproduces them to the last digit, below).
 PUBLISHED = {(1.3, 702): 0.377, (1.1, 14063): 2.39, (2.178, 14063): 0.93}
 
 
