@@ -2,7 +2,9 @@
 # Sets up both supported stacks and runs the whole test suite on each:
 #   tf221: TensorFlow 2.21, Keras 3 and tf-keras 2.21 (default)
 #   tf215: TensorFlow 2.15, tf.keras 2.15 and tf.estimator
-# Extra arguments go to pytest (e.g. -m "not slow").
+# Extra arguments go to pytest (e.g. -m "not slow"). The tests run in
+# TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
+# reference machine; 0 runs them in this process), a test file per worker.
 # Set TF_DP_STACKS="tf221" to test one stack only.
 # Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
 # target and runs a fast subset under Bazel (scripts/bazel_check.sh);
@@ -18,7 +20,9 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   py="$(scripts/setup_env.sh "$stack" | tail -n 1)" || { echo "setup of $stack failed"; status=1; continue; }
   bazel_py="${bazel_py:-$py}"
   echo "=== stack $stack: $("$py" -c 'import tensorflow as tf, numpy; print("tensorflow", tf.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
-  "$py" -m pytest -q -p no:cacheprovider "$@" tests
+  workers=(-n "${TF_DP_TEST_WORKERS:-2}" --dist loadfile)
+  [ "${TF_DP_TEST_WORKERS:-2}" = 0 ] && workers=()
+  "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "$@" tests
   rc=$?
   if [ $rc -eq 5 ]; then
     echo "=== stack $stack: pytest collected no tests (exit 5): treated as a failure"
