@@ -8,6 +8,8 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+from tf_dp.keras import dp_step
+from tf_dp.keras import losses as losses_lib
 
 KERAS = helpers.keras_modules()
 KINDS = ["dense", "conv", "embedding", "rnn"]
@@ -238,6 +240,42 @@ def test_data_dependent_add_loss_is_refused_before_any_update(K, method):
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
   for a, b in zip(before, weights(model)):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("K", KERAS)
+def test_every_update_of_the_step_waits_for_the_add_loss_check(K, method):
+  """The check above must fail before anything is written, whatever the
+  scheduling: every op of the traced step that writes a variable (the
+  update, the lot, the ledger, possibly inside a cond) has the check among
+  its ancestors. Here no variable has a gradient of the penalty, so only
+  an explicit dependency orders them."""
+  x, y = helpers.make_data("dense", 8)
+  model = compile_dp(K, _penalised_model(K, data_dependent=True), 8,
+                     clip=0.01, noise=0.0, per_example_method=method)
+  loss_fn = losses_lib.per_example_loss_fn(model)
+  graph = tf.function(lambda x, y: dp_step.private_step(
+      model, model.optimizer, loss_fn, x, y, None)[1]).get_concrete_function(
+          tf.constant(x), tf.constant(y)).graph
+  ops = graph.get_operations()
+  checks = [op for op in ops if op.type in ("If", "StatelessIf")
+            and "assert_near" in op.name]
+  assert len(checks) == 1
+
+  def ancestors(op, seen):
+    for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+      if parent not in seen:
+        seen.add(parent)
+        ancestors(parent, seen)
+    return seen
+
+  before_check = ancestors(checks[0], set())
+  writes = [op for op in ops if op not in before_check and op is not checks[0]
+            and (op.type.startswith(("Assign", "ResourceApply"))
+                 or op.type in ("If", "StatelessIf", "While"))]
+  assert writes
+  for op in writes:
+    assert checks[0] in ancestors(op, set()), op.name
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -50,10 +50,15 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
   variables = model.trainable_variables
   with tf.init_scope():  # Create the DP state eagerly, once.
     optimizer.ensure_built(variables, model)
-  penalty = None
+  penalty, checked = None, []
   if model_checks.adds_losses(model, x):
     # add_loss terms: evaluated on a public input, outside the clipped sum.
+    # The whole step waits for their check that they do not depend on the
+    # data (``checked``): a failed check must stop the step before any
+    # gradient is applied or any lot is recorded, also when no variable
+    # has a gradient of the penalty (then nothing else would wait for it).
     penalty, penalty_grads = model_checks.public_penalty(model, x)
+    checked = [penalty]
 
   def apply_fn(mean_grads):
     if penalty is not None:
@@ -67,6 +72,7 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
       mean_grads = [g + r for g, r in zip(mean_grads, extra)]
     optimizer.apply_private_gradients(mean_grads, variables)
 
-  y_pred, losses = optimizer.dp_engine.step(model, loss_fn, x, y,
-                                            sample_weight, apply_fn)
+  with tf.control_dependencies(checked):
+    y_pred, losses = optimizer.dp_engine.step(model, loss_fn, x, y,
+                                              sample_weight, apply_fn)
   return y_pred, losses, penalty

@@ -124,8 +124,11 @@ def public_penalty(model, x):
 
   The input is a batch of one that holds no data (zeros); the same terms on
   a random public input must agree, otherwise the loss depends on the data
-  and the step fails before any update with ``DATA_DEPENDENT_LOSS_ERROR``.
+  and the step fails with ``DATA_DEPENDENT_LOSS_ERROR``.
   Returns ``(penalty, gradients)``: nothing in them depends on the batch.
+  Both wait for the check; a step must wait for ``penalty`` (as
+  ``tf_dp.keras.dp_step.private_step`` does) for the check to come before
+  any update: a gradient that is None waits for nothing.
   """
   variables = model.trainable_variables
   with tf.GradientTape() as tape:
