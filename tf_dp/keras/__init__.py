@@ -1,13 +1,21 @@
-"""Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks."""
+"""Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks.
+
+Importing it registers tf_dp's classes with Keras 3 (Keras 2 finds them by
+the module a file records), so ``load_model`` finds them in a fresh
+process.
+"""
 
 import sys
 
+from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.keras.privacy_check import PrivacyCheckError
 from tf_dp.keras.privacy_check import check_privacy
 from tf_dp.keras.private_model import is_private
 from tf_dp.keras.private_model import make_private
+
+_dp_classes.register_saved_classes()
 
 
 def __getattr__(name):

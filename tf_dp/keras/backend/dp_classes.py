@@ -1,6 +1,8 @@
-"""tf_dp's Keras classes of each flavour, imported on first use: the DP
-optimizer (``keras3_optimizer``, ``keras2_optimizer``) and
-``DPBatchNormalization`` (``keras3_layers``, ``keras2_layers``).
+"""tf_dp's Keras classes of each flavour: the DP optimizer
+(``keras3_optimizer``, ``keras2_optimizer``) and ``DPBatchNormalization``
+(``keras3_layers``, ``keras2_layers``). ``import tf_dp.keras`` imports the
+Keras 3 ones (``register_saved_classes``), whose loader finds classes by
+their registered names only; the others are imported on first use.
 
 A module apart from the adapters: these classes subclass the flavour's own
 Keras classes and build on what the adapters serve (the DP optimizers on
@@ -44,3 +46,20 @@ def dp_batch_norm_class(adapter):
   """``DPBatchNormalization`` for the flavour of ``adapter`` (registered as
   ``"tf_dp>DPBatchNormalization"`` in that flavour's Keras)."""
   return _BATCH_NORMS[adapter.NAME]()
+
+
+
+def register_saved_classes():
+  """Imports tf_dp's Keras 3 classes if Keras 3 is installed.
+
+  Keras 3's loader finds a class only by its registered name
+  (``"tf_dp>DPOptimizerKeras3"``, ``"tf_dp>DPBatchNormalization"``), which
+  importing the class registers; without this, ``load_model`` in a fresh
+  process could not find them. Keras 2's loaders import the module a file
+  records (``tf_dp.keras.optimizer_keras2``, ...), so its classes stay
+  imported on first use, and no Keras 2 package is imported here.
+  """
+  from tf_dp.keras.backend import keras3  # pylint: disable=g-import-not-at-top
+  if keras3.module() is not None:
+    dp_optimizer_class(keras3)
+    dp_batch_norm_class(keras3)
