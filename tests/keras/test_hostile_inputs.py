@@ -42,7 +42,9 @@ def test_empty_poisson_sample_releases_only_noise(K):
   before = [v.numpy() for v in model.trainable_variables]
   weights = np.zeros(8, np.float32)  # Poisson drew nobody: all padding.
   # A Poisson lot comes as a dataset of (x, y, weight), as the sampler's.
-  empty_lot = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(8)
+  empty_lot = tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(8),
+      "poisson", 0.5)
   model.fit(empty_lot, epochs=1, verbose=0)
   after = [v.numpy() for v in model.trainable_variables]
   assert finite_weights(model) and not np.allclose(before[0], after[0])

@@ -2,8 +2,10 @@
 
 Keras batches arrays itself (shuffled once per epoch, or in order): that is
 ``sampling="shuffled"``. Lots declared ``"fixed_size"`` or ``"poisson"``
-come from tf_dp's samplers, as a dataset; ``fit`` on arrays under those
-samplings is refused before any step, so no weight changes and the ledger
+come from tf_dp's samplers, as a dataset marked with how it was drawn (or
+one marked with ``tf_dp.data.declare_sampling``); ``fit`` on anything else
+under those samplings, or on a marked dataset that disagrees with the
+optimizer, is refused before any step, so no weight changes and the ledger
 stays empty.
 """
 
@@ -100,3 +102,147 @@ def test_a_refused_fit_leaves_the_model_ready_for_the_sampler(K):
   model.fit(tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 2, seed=1),
             verbose=0)
   assert len(_samples(model)) == 2
+
+
+def _assert_refused_before_any_step(model, before, fit, *patterns):
+  with pytest.raises(ValueError) as refusal:
+    fit()
+  for pattern in patterns:
+    assert pattern in str(refusal.value), str(refusal.value)
+  for a, b in zip(before, _weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert _samples(model) == []
+  assert int(model.optimizer.ledger.sample_count.numpy()) == 0
+  assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def _unmarked_inputs(x, y):
+  """What a user may pass fit that no sampler drew (name, fit kwargs)."""
+  shuffled = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(
+      BATCH)
+  sampled = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 3, seed=2)
+
+  def generator():
+    for i in range(0, N, BATCH):
+      yield x[i:i + BATCH], y[i:i + BATCH]
+
+  return {
+      "shuffled dataset": (dict(x=shuffled), "without a sampling mark"),
+      "derived dataset": (dict(x=sampled.prefetch(1)),
+                          "derived from a sampler's"),
+      "mapped dataset": (dict(x=sampled.map(lambda *b: b)),
+                         "derived from a sampler's"),
+      "generator": (dict(x=generator(), steps_per_epoch=N // BATCH),
+                    "a generator, which carries no sampling mark"),
+  }
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
+@pytest.mark.parametrize("given", ["shuffled dataset", "derived dataset",
+                                   "mapped dataset", "generator"])
+def test_unmarked_datasets_are_refused_for_sampled_lots(K, sampling, given):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, sampling)
+  fit_kw, said = _unmarked_inputs(x, y)[given]
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(epochs=1, verbose=0,
+                                                **fit_kw),
+      f"sampling={sampling!r}", said, SAMPLERS[sampling],
+      "tf_dp.data.declare_sampling", 'sampling="shuffled"')
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampler", ["fixed_size", "poisson"])
+def test_a_samplers_dataset_is_refused_under_shuffled_sampling(K, sampler):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "shuffled")
+  if sampler == "poisson":
+    data = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 3, seed=2)
+  else:
+    data = tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 3, seed=2)
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(data, verbose=0),
+      f"sampling={sampler!r}", "sampling='shuffled'")
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_poisson_dataset_of_another_q_is_refused(K):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "poisson")  # q = BATCH / N = 0.25
+  data = tf_dp.data.poisson_sampled_batches(x, y, 0.5, 3, seed=2)
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(data, verbose=0),
+      "sampling_probability=0.5", "sampling_probability=0.25")
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
+def test_lots_split_otherwise_than_the_optimizer_accumulates_are_refused(
+    K, sampling):
+  """A lot of k independent draws could hold an example k times: its
+  sensitivity would be k clips, not one."""
+  x, y = helpers.make_data("dense", N)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  kwargs = (dict(sampling_probability=BATCH / N) if sampling == "poisson"
+            else {})
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=N, sampling=sampling, gradient_accumulation_steps=2,
+      **kwargs), loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  if sampling == "poisson":
+    data = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 4, seed=2)
+  else:
+    data = tf_dp.data.fixed_size_sampled_batches(x, y, BATCH // 2, 4, seed=2)
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(data, verbose=0),
+      "batches_per_lot=1", "gradient_accumulation_steps=2")
+  if sampling == "poisson":
+    data = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 2, seed=2,
+                                              batches_per_lot=2)
+  else:
+    data = tf_dp.data.fixed_size_sampled_batches(x, y, BATCH // 2, 2, seed=2,
+                                                 batches_per_lot=2)
+  model.fit(data, verbose=0)
+  assert len(_samples(model)) == 2
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_lots_drawn_from_another_population_are_refused(K):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "fixed_size")  # population_size=N
+  data = tf_dp.data.fixed_size_sampled_batches(x[:20], y[:20], BATCH, 2,
+                                               seed=2)
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(data, verbose=0),
+      "n = 20", f"population_size={N}")
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
+def test_a_declared_dataset_trains_and_is_recorded_as_declared(K, sampling):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, sampling)
+  q = BATCH / N if sampling == "poisson" else None
+  own = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).take(2)
+  data = tf_dp.data.declare_sampling(own, sampling, q)
+  assert data is own
+  before = _weights(model)
+  model.fit(data, verbose=0)
+  samples = _samples(model)
+  assert len(samples) == 2
+  assert {s["sampling"] for s in samples} == {sampling}
+  assert all(s["sampling_probability"] == pytest.approx(BATCH / N)
+             for s in samples)
+  assert not np.allclose(before[0], _weights(model)[0])
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_an_unmarked_dataset_under_shuffled_sampling_is_unaffected(K):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "shuffled")
+  data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH)
+  model.fit(data, epochs=1, verbose=0)
+  samples = _samples(model)
+  assert len(samples) == N // BATCH
+  assert {s["sampling"] for s in samples} == {"shuffled"}

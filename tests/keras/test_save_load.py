@@ -146,7 +146,11 @@ def test_open_lot_is_never_saved(K, tmp_path):
   def fit_batches(model, batches, seed):
     lots = tf_dp.data.poisson_sampled_batches(x, y, q, 3, seed=seed,
                                               batches_per_lot=3)
-    model.fit(lots.take(batches), epochs=1, verbose=0)
+    # A prefix of the sampler's lots, its last lot possibly cut short: a
+    # derived dataset, declared as the sampler's lots it still holds.
+    model.fit(tf_dp.data.declare_sampling(
+        lots.take(batches), "poisson", q, batches_per_lot=3), epochs=1,
+              verbose=0)
 
   fit_batches(model, 8, seed=1)  # 8 batches: 2 lots, 2 batches open.
   engine = model.optimizer.dp_engine
@@ -321,10 +325,7 @@ def test_saved_files_name_the_classes_as_they_always_did(K, tmp_path):
   (Keras 2's loader imports that module in a process where the class is
   not registered yet): both stay what files of every version hold, and a
   fresh process that only imported tf_dp loads a Keras 2 file."""
-  model = _compiled(K)
-  _fit(model, 1)
-  path = str(tmp_path / "m.keras")
-  model.save(path)
+  path = _saved_after_one_epoch(K, tmp_path)
   with zipfile.ZipFile(path) as archive:
     saved = json.loads(archive.read("config.json"))["compile_config"][
         "optimizer"]
@@ -333,16 +334,59 @@ def test_saved_files_name_the_classes_as_they_always_did(K, tmp_path):
   assert saved["module"] == f"tf_dp.keras.optimizer_keras{suffix}"
   if _is_keras3(K):
     return  # Keras 3 finds classes by their registered name only.
-  code = textwrap.dedent(f"""
-      import importlib.util, os
-      if importlib.util.find_spec("tf_keras") is not None:
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"
-      import tensorflow as tf
+  assert _load_in_a_fresh_process(K, path, "import tf_dp")[0] == (
+      "DPOptimizerKeras2")
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_fresh_process_loads_a_saved_model_after_importing_tf_dp_keras(
+    K, tmp_path):
+  """The documented way: ``import tf_dp.keras``, then ``load_model(path)``,
+  without ``custom_objects``; the file's DP optimizer comes back with the
+  ledger of the epoch trained before the save, and one more epoch adds its
+  lots to it."""
+  path = _saved_after_one_epoch(K, tmp_path)
+  assert _load_in_a_fresh_process(K, path, "import tf_dp.keras") == [
+      f"DPOptimizerKeras{3 if _is_keras3(K) else 2}",
+      str(2 * LOTS_PER_EPOCH)]
+
+
+def _saved_after_one_epoch(K, tmp_path):
+  model = _compiled(K)
+  _fit(model, 1)
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  np.savez(str(tmp_path / "data.npz"), *helpers.make_data("dense", N))
+  return path
+
+
+def _load_in_a_fresh_process(K, path, import_line):
+  """``[optimizer class name, ledger samples after one more epoch]`` of
+  ``K.models.load_model(path)`` in a new Python that ran ``import_line``
+  first."""
+  if _is_keras3(K):
+    keras_import = "import keras as K"
+  else:
+    keras_import = textwrap.dedent("""\
+        import importlib.util, os
+        if importlib.util.find_spec("tf_keras") is not None:
+          os.environ["TF_USE_LEGACY_KERAS"] = "1"
+          import tf_keras as K
+        else:
+          import tensorflow as tf
+          K = tf.keras""")
+  data = os.path.join(os.path.dirname(path), "data.npz")
+  code = "\n".join([keras_import, import_line, textwrap.dedent(f"""\
+      import numpy as np
       import tf_dp
-      model = tf.keras.models.load_model({path!r})
+      model = K.models.load_model({path!r})
       print(type(model.optimizer).__name__)
-  """)
+      with np.load({data!r}) as data:
+        x, y = data["arr_0"], data["arr_1"]
+      model = tf_dp.keras.make_private(model)
+      model.fit(x, y, batch_size={BATCH}, epochs=1, verbose=0)
+      print(int(model.optimizer.ledger.sample_count.numpy()))""")])
   out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, check=False)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert out.stdout.strip().splitlines()[-1] == "DPOptimizerKeras2"
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out.stdout.strip().splitlines()[-2:]

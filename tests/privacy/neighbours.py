@@ -166,7 +166,9 @@ def lot_update(K, flavor, case, x, y, weights, initial):
         case.weighting == "sample_weight")
     ds = tf.data.Dataset.from_tensor_slices(
         (x, y_ds, weights) if with_weights else (x, y_ds))
-    model.fit(ds.batch(BATCH), **fit_kw)
+    model.fit(tf_dp.data.declare_sampling(
+        ds.batch(BATCH), case.sampling, dp_kw.get("sampling_probability"),
+        batches_per_lot=case.accumulation), **fit_kw)
   after = np.concatenate([v.numpy().ravel()
                           for v in model.trainable_variables])
   return before - after, model.optimizer.ledger

@@ -4,4 +4,6 @@ them, and loaders."""
 from tf_dp.data.datasets import load_digits
 from tf_dp.data.datasets import load_mnist
 from tf_dp.data.fixed_size import fixed_size_sampled_batches
+from tf_dp.data.lots import declare_sampling
+from tf_dp.data.lots import DeclaredSampling
 from tf_dp.data.poisson import poisson_sampled_batches

@@ -29,6 +29,11 @@ def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
     num_steps: Number of lots.
     seed: None (OS entropy) or an int for reproducible tests.
     batches_per_lot: Batches per lot (``gradient_accumulation_steps``).
+
+  Returns:
+    A ``tf.data.Dataset`` marked with how its lots are drawn (see
+    ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged, since a
+    dataset derived from it (``.map``, ``.prefetch``, ...) carries no mark.
   """
   n = len(tf.nest.flatten(x)[0])
   batches_per_lot = lots.check_batches_per_lot(batches_per_lot)
@@ -38,4 +43,4 @@ def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
                      f"got {lot}.")
   choose = lambda draws: (tf.math.top_k(draws, lot).indices, None)
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
-                          stream=1)
+                          stream=1, sampling="fixed_size")

@@ -1,17 +1,121 @@
-"""What the lot samplers share: fresh lot seeds, gathering and splitting.
+"""What the lot samplers share: fresh lot seeds, gathering and splitting,
+and the mark that says how a dataset's lots were drawn.
 
 A sampler chooses, from ``n`` uniforms drawn for a lot, the rows of the lot
 (and optionally a weight per row); this module draws the uniforms from a
 per-lot seed that is fresh on every iteration of the dataset, gathers the
 rows and splits the lot into ``batches_per_lot`` batches of equal size.
+
+The dataset a sampler returns carries a ``DeclaredSampling`` (read with
+``declared_sampling``); ``declare_sampling`` puts one on a dataset of the
+caller's own sampler. Keras ``fit`` trusts a dataset as Poisson or
+fixed-size lots only through this mark. A dataset derived from a marked one
+(``.map``, ``.prefetch``, ...) is a new object and carries no mark.
 """
 
+import dataclasses
 import os
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
+
+
+# The attribute of a ``tf.data.Dataset`` that holds its ``DeclaredSampling``.
+_MARK = "_tf_dp_declared_sampling"
+
+# The samplings a mark may declare: those whose lots Keras cannot draw.
+DECLARABLE_SAMPLINGS = ("poisson", "fixed_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredSampling:
+  """How the lots of a dataset were drawn.
+
+  Attributes:
+    sampling: ``"poisson"`` or ``"fixed_size"``.
+    sampling_probability: q of Poisson lots; None for fixed-size lots.
+    population_size: n, the examples lots are drawn from; None if the
+      declaration leaves it to the optimizer's ``population_size``.
+    batches_per_lot: Consecutive batches that make one lot.
+  """
+  sampling: str
+  sampling_probability: Optional[float]
+  population_size: Optional[int]
+  batches_per_lot: int
+
+
+def declare_sampling(dataset, sampling, sampling_probability=None,
+                     population_size=None, batches_per_lot=1):
+  """Marks ``dataset`` as lots drawn with ``sampling`` and returns it.
+
+  ``fit`` under ``DPOptimizer(sampling="poisson")`` or ``"fixed_size"``
+  trains only on a dataset marked with the optimizer's sampling (and q,
+  population and ``gradient_accumulation_steps``). The samplers
+  ``tf_dp.data.poisson_sampled_batches`` and
+  ``tf_dp.data.fixed_size_sampled_batches`` mark their datasets
+  themselves; use this for lots drawn by a sampler of your own.
+
+  Privacy contract: the caller's. Marking promises that every lot of
+  ``dataset`` (``batches_per_lot`` consecutive batches) is drawn as
+  declared, independently of every other lot, also across re-iterations:
+  for ``"poisson"``, every example of the ``population_size`` is in a lot
+  independently with probability ``sampling_probability`` (padding rows
+  carry weight 0); for ``"fixed_size"``, a lot is a uniformly random subset
+  of a fixed number of distinct examples. The ledger records the lots as
+  declared, and the epsilon computed from it holds only if they were.
+
+  Args:
+    dataset: A ``tf.data.Dataset`` of the lots' batches (marked in place;
+      a dataset derived from it later carries no mark).
+    sampling: ``"poisson"`` or ``"fixed_size"``.
+    sampling_probability: q in (0, 1] for ``"poisson"``; None for
+      ``"fixed_size"``.
+    population_size: Optional n, the number of examples the lots are drawn
+      from; when given, ``fit`` requires the optimizer's
+      ``population_size`` to equal it.
+    batches_per_lot: Consecutive batches per lot (the optimizer's
+      ``gradient_accumulation_steps``).
+
+  Returns:
+    ``dataset``.
+
+  Raises:
+    TypeError: if ``dataset`` is not a ``tf.data.Dataset``.
+    ValueError: naming the argument that is out of range.
+  """
+  if not isinstance(dataset, tf.data.Dataset):
+    raise TypeError(
+        f"dataset must be a tf.data.Dataset of the lots' batches; got "
+        f"{type(dataset).__name__}. Build one with tf.data.Dataset."
+        f"from_tensor_slices(...).batch(...) or use a tf_dp.data sampler.")
+  if sampling not in DECLARABLE_SAMPLINGS:
+    raise ValueError(
+        f"sampling must be one of {DECLARABLE_SAMPLINGS}; got {sampling!r}."
+        f" Lots Keras draws itself (arrays given to fit) need no "
+        f"declaration: train them with DPOptimizer(sampling=\"shuffled\").")
+  if sampling == "poisson":
+    sampling_probability = checks.check_real(
+        "sampling_probability", sampling_probability, low=0.0, high=1.0,
+        low_open=True)
+  elif sampling_probability is not None:
+    raise ValueError(
+        f"sampling_probability is the q of Poisson lots; fixed-size lots "
+        f"have none (got {sampling_probability!r}). Leave it out.")
+  if population_size is not None:
+    population_size = checks.check_positive_int("population_size",
+                                                population_size)
+  setattr(dataset, _MARK, DeclaredSampling(
+      sampling, sampling_probability, population_size,
+      check_batches_per_lot(batches_per_lot)))
+  return dataset
+
+
+def declared_sampling(dataset):
+  """The ``DeclaredSampling`` of ``dataset``, or None if it has none."""
+  return getattr(dataset, _MARK, None)
 
 
 def check_batches_per_lot(batches_per_lot):
@@ -20,8 +124,10 @@ def check_batches_per_lot(batches_per_lot):
       " It is the DPOptimizer's gradient_accumulation_steps.")
 
 
-def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream):
-  """``num_lots`` lots as ``batches_per_lot`` batches each.
+def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream,
+                sampling, sampling_probability=None):
+  """``num_lots`` lots as ``batches_per_lot`` batches each, marked as drawn
+  with ``sampling`` from the ``n`` examples.
 
   Args:
     x, y: In-memory arrays (or nests) with ``n`` examples.
@@ -31,6 +137,8 @@ def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream):
     choose: ``f(uniforms [n]) -> (row indices, weights or None)``; the number
       of rows must be a multiple of ``batches_per_lot``.
     stream: An int that separates the samplers' random streams.
+    sampling: What ``choose`` draws: ``"poisson"`` or ``"fixed_size"``.
+    sampling_probability: q of Poisson lots.
   """
   key = (int(np.frombuffer(os.urandom(8), np.int64)[0]) if seed is None
          else int(seed))
@@ -53,4 +161,6 @@ def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream):
   # pass per Keras epoch) never repeats a sample.
   lot_seeds = tf.data.Dataset.random(seed=key,
                                      rerandomize_each_iteration=True)
-  return lot_seeds.take(num_lots).map(sample).unbatch()
+  return declare_sampling(lot_seeds.take(num_lots).map(sample).unbatch(),
+                          sampling, sampling_probability, population_size=n,
+                          batches_per_lot=batches_per_lot)

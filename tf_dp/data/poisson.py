@@ -50,6 +50,11 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
     seed: None (OS entropy) or an int for reproducible tests.
     batches_per_lot: Batches each lot is split into (the dataset yields
       ``num_steps * batches_per_lot`` batches).
+
+  Returns:
+    A ``tf.data.Dataset`` marked with how its lots are drawn (see
+    ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged, since a
+    dataset derived from it (``.map``, ``.prefetch``, ...) carries no mark.
   """
   n = len(tf.nest.flatten(x)[0])
   sampling_probability = checks.check_real(
@@ -73,4 +78,5 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
     return index, weight
 
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
-                          stream=0)
+                          stream=0, sampling="poisson",
+                          sampling_probability=sampling_probability)

@@ -16,6 +16,7 @@ import types
 from absl import logging
 import tensorflow as tf
 
+from tf_dp.data import lots as data_lots
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
@@ -112,18 +113,26 @@ def _self_check(self, args, kwargs):
   self._tf_dp_checked = True  # pylint: disable=protected-access
 
 
-def training_examples(fit, args, kwargs):
-  """How many examples a ``fit(*args, **kwargs)`` call trains on, or None.
+def _fit_arguments(fit, args, kwargs):
+  """The arguments of a ``fit(*args, **kwargs)`` call by name ({} if they
+  do not bind: ``fit`` itself then raises Keras's error)."""
+  try:
+    return inspect.signature(fit).bind_partial(*args, **kwargs).arguments
+  except TypeError:
+    return {}
+
+
+def training_examples(bound):
+  """How many examples a ``fit`` call trains on, or None.
 
   Known for arrays and tensors (and nests of them): their length, less the
   part ``validation_split`` holds out (Keras trains on the first
   ``floor(n * (1 - validation_split))``). None for datasets, generators and
   anything else of unknown length.
+
+  Args:
+    bound: ``fit``'s arguments by name (``_fit_arguments``).
   """
-  try:
-    bound = inspect.signature(fit).bind_partial(*args, **kwargs).arguments
-  except TypeError:
-    return None
   x = bound.get("x")
   leaves = tf.nest.flatten(x) if x is not None else []
   if not leaves or isinstance(leaves[0], tf.data.Dataset):
@@ -143,53 +152,115 @@ _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
              "poisson": "tf_dp.data.poisson_sampled_batches"}
 
 
-def check_sampling_of_fit_on_arrays(config):
-  """Refuses a ``fit`` on arrays or tensors whose lots are not what
-  ``config.sampling`` declares.
+def check_sampling_of_fit_input(config, x):
+  """Refuses a ``fit`` input whose lots are not what ``config.sampling``
+  declares.
 
-  Keras batches arrays itself, shuffled once per epoch (or in order):
-  that is ``sampling="shuffled"``. ``"fixed_size"`` and ``"poisson"``
-  declare lots drawn by tf_dp's samplers (independent uniform subsets;
-  independent inclusions with probability q), which come as a dataset.
-  Training on arrays under them would have the ledger record lots that were
-  never drawn, and the epsilon computed from it would not be a guarantee
-  (for Poisson, the q and the denominator q * n would be wrong too).
+  Keras batches arrays, tensors and unmarked datasets or generators as they
+  come (arrays shuffled once per epoch, or in order): that is
+  ``sampling="shuffled"``. ``"fixed_size"`` and ``"poisson"`` declare lots
+  drawn as the accountant assumes (independent uniform subsets; independent
+  inclusions with probability q): only a dataset marked with that sampling
+  is trusted to hold them (the datasets of ``tf_dp.data``'s samplers, or
+  one marked with ``tf_dp.data.declare_sampling``). Its q (Poisson), its
+  batches per lot and, when the mark records one, its n must be the
+  optimizer's. Otherwise the ledger would record lots that were never
+  drawn, and the epsilon computed from it would not be a guarantee (a
+  Poisson lot of ``gradient_accumulation_steps`` independent draws, for
+  one, may hold an example several times). A marked dataset under another
+  sampling is refused as well: its padded lots are not shuffled batches.
+  Custom loops (``DPOptimizer.private_step``) and Estimator input
+  functions are not checked here: their lots are the caller's
+  responsibility.
 
   Privacy contract: called by ``fit`` before any step, so a refused ``fit``
   changes no weight and writes nothing to the ledger.
 
   Args:
     config: The ``DPConfig`` of the model's ``DPOptimizer``.
+    x: The ``x`` given to ``fit``.
 
   Raises:
-    ValueError: for ``sampling="fixed_size"`` or ``"poisson"``, naming both
-      fixes.
+    ValueError: naming what the optimizer declares, what ``fit`` was given
+      and the fix.
   """
-  sampler = _SAMPLERS.get(config.sampling)
-  if sampler is None:
-    return
-  raise ValueError(
-      f"DPOptimizer(sampling={config.sampling!r}) declares lots drawn by "
-      f"{sampler}, but fit was given arrays or tensors, which Keras batches "
-      f"itself (shuffled once per epoch, or in order): the privacy ledger "
-      f"would record {config.sampling} lots that were never drawn, and its "
-      f"epsilon would not hold. Fix it in one of two ways: (1) to train on "
-      f"arrays, use DPOptimizer(..., sampling=\"shuffled\") (each example "
-      f"once per epoch; accounted as fixed-size sampling, with a warning); "
-      f"or (2) keep sampling={config.sampling!r} and pass fit the dataset "
-      f"from {sampler}(x, y, ...).")
+  declared = (data_lots.declared_sampling(x)
+              if isinstance(x, tf.data.Dataset) else None)
+  sampling = config.sampling
+  if declared is None:
+    if sampling not in _SAMPLERS:
+      return
+    if isinstance(x, tf.data.Dataset):
+      given = ("a tf.data.Dataset without a sampling mark (a dataset built "
+               "by hand, or derived from a sampler's with .map, .batch, "
+               ".prefetch, ...: a derived dataset carries no mark)")
+    elif isinstance(x, (list, tuple, dict)) or hasattr(x, "shape"):
+      given = ("arrays or tensors, which Keras batches itself (shuffled "
+               "once per epoch, or in order)")
+    else:
+      given = (f"a {type(x).__name__}, which carries no sampling mark "
+               f"(only a tf.data.Dataset can)")
+    raise ValueError(
+        f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
+        f"{_SAMPLERS[sampling]}, but fit was given {given}: the privacy "
+        f"ledger would record {sampling} lots that were never drawn, and "
+        f"its epsilon would not hold. Fix it in one of three ways: (1) pass "
+        f"fit the dataset of {_SAMPLERS[sampling]}(x, y, ...) unchanged; "
+        f"(2) if your own sampler draws such lots, mark its dataset with "
+        f"tf_dp.data.declare_sampling(dataset, {sampling!r}, ...); or (3) "
+        f"to train on arrays, use DPOptimizer(..., sampling=\"shuffled\") "
+        f"(each example once per epoch; accounted as fixed-size sampling, "
+        f"with a warning).")
+  what = f"sampling={declared.sampling!r}"
+  if declared.sampling_probability is not None:
+    what += f", sampling_probability={declared.sampling_probability!r}"
+  if declared.sampling != sampling:
+    raise ValueError(
+        f"fit was given a dataset whose lots are marked as drawn with "
+        f"{what}, but DPOptimizer declares sampling={sampling!r}: the "
+        f"ledger would record the lots as {sampling} lots (of their padded "
+        f"size), and its epsilon would not hold. Build the DPOptimizer "
+        f"with {what}, or train on lots drawn as it declares.")
+  if (sampling == "poisson" and float(declared.sampling_probability)
+      != float(config.sampling_probability)):
+    raise ValueError(
+        f"fit was given Poisson lots drawn with sampling_probability="
+        f"{declared.sampling_probability!r}, but DPOptimizer declares "
+        f"sampling_probability={config.sampling_probability!r}: the ledger "
+        f"would record the wrong q. Pass the same sampling_probability to "
+        f"the sampler and to DPOptimizer.")
+  if declared.batches_per_lot != config.gradient_accumulation_steps:
+    raise ValueError(
+        f"fit was given {sampling} lots of batches_per_lot="
+        f"{declared.batches_per_lot} batches, but DPOptimizer("
+        f"gradient_accumulation_steps={config.gradient_accumulation_steps})"
+        f" noises every {config.gradient_accumulation_steps} batches "
+        f"together: its lots would not be the lots drawn (an example could "
+        f"be in one several times), and the ledger's epsilon would not "
+        f"hold. Draw the lots with batches_per_lot="
+        f"{config.gradient_accumulation_steps}, or set "
+        f"gradient_accumulation_steps={declared.batches_per_lot}.")
+  if declared.population_size not in (None, config.population_size):
+    raise ValueError(
+        f"fit was given {sampling} lots drawn from n = "
+        f"{declared.population_size} examples, but DPOptimizer declares "
+        f"population_size={config.population_size}: the ledger would "
+        f"account the lots with the wrong n. Pass population_size="
+        f"{declared.population_size}.")
 
 
 def _dp_fit(self, *args, **kwargs):
-  """``fit`` with tf_dp's self-check and lot-boundary guard; refuses arrays
-  under a sampling that Keras does not draw; takes ``population_size``
-  from the arrays when it was not given."""
+  """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
+  input whose lots are not the declared sampling's; takes
+  ``population_size`` from the arrays when it was not given."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
   optimizer = getattr(self, "optimizer", None)
-  examples = training_examples(type(self).fit, (self,) + args, kwargs)
-  if examples is not None and optimizer_base.is_dp_optimizer(optimizer):
-    check_sampling_of_fit_on_arrays(optimizer.dp_engine.config)
-    optimizer.dp_engine.infer_population_size(examples)
+  if optimizer_base.is_dp_optimizer(optimizer):
+    bound = _fit_arguments(type(self).fit, (self,) + args, kwargs)
+    check_sampling_of_fit_input(optimizer.dp_engine.config, bound.get("x"))
+    examples = training_examples(bound)
+    if examples is not None:
+      optimizer.dp_engine.infer_population_size(examples)
   _build_on_first_batch(self, args, kwargs)
   _self_check(self, args, kwargs)
   callbacks = kwargs.pop("callbacks", None)
@@ -211,9 +282,11 @@ def make_private(model, self_check=True):
   ``tf_dp.keras.check_privacy`` on a few examples of its first batch: a
   layer that mixes examples, or a fast rule that disagrees with the
   per-example reference, stops training before any step with the reason.
-  ``fit`` on arrays or tensors trains only under ``sampling="shuffled"``
-  (what Keras does with them); under ``"fixed_size"`` or ``"poisson"`` it
-  is refused before any step (``check_sampling_of_fit_on_arrays``).
+  ``fit`` on arrays, tensors or unmarked datasets trains only under
+  ``sampling="shuffled"`` (what Keras does with them); under
+  ``"fixed_size"`` or ``"poisson"`` it trains only on a dataset marked with
+  that sampling, and is otherwise refused before any step
+  (``check_sampling_of_fit_input``).
 
   Args:
     model: A Keras model (built or not).

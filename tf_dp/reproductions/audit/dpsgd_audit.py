@@ -94,7 +94,11 @@ def audit_dp_sgd_fit(keras, noise_multiplier, l2_norm_clip=1.0, batch=8,
   def scores(canary):
     weights = np.ones(n, np.float32)
     weights[0] = float(canary)
-    data = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(batch)
+    # With q = 1 every lot is all n examples: this dataset, one lot of
+    # ``accumulation`` batches, is exactly such a Poisson lot.
+    data = tf_dp.data.declare_sampling(
+        tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(batch),
+        "poisson", 1.0, population_size=n, batches_per_lot=accumulation)
     out = np.empty(trials)
     for i in range(trials):
       kernel.assign(zeros)

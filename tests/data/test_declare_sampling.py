@@ -1,0 +1,70 @@
+"""How a dataset says its lots were drawn: the samplers' marks and
+``tf_dp.data.declare_sampling``."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_dp.data import declare_sampling
+from tf_dp.data import DeclaredSampling
+from tf_dp.data import fixed_size_sampled_batches
+from tf_dp.data import poisson_sampled_batches
+from tf_dp.data import lots
+
+X = np.arange(40, dtype=np.float32)[:, None]
+Y = np.arange(40, dtype=np.int64)
+
+
+def test_the_samplers_mark_their_datasets_with_what_they_draw():
+  poisson = poisson_sampled_batches(X, Y, 0.25, 3, seed=1, batches_per_lot=2)
+  fixed = fixed_size_sampled_batches(X, Y, 5, 3, seed=1, batches_per_lot=4)
+  assert lots.declared_sampling(poisson) == DeclaredSampling(
+      "poisson", 0.25, 40, 2)
+  assert lots.declared_sampling(fixed) == DeclaredSampling(
+      "fixed_size", None, 40, 4)
+
+
+def test_a_derived_dataset_carries_no_mark():
+  poisson = poisson_sampled_batches(X, Y, 0.25, 3, seed=1)
+  for derived in (poisson.prefetch(1), poisson.map(lambda *b: b),
+                  poisson.repeat(2), poisson.take(1)):
+    assert lots.declared_sampling(derived) is None
+  assert lots.declared_sampling(tf.data.Dataset.range(3)) is None
+
+
+def test_declare_sampling_marks_the_dataset_in_place():
+  own = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8)
+  assert declare_sampling(own, "poisson", 0.2, population_size=40,
+                          batches_per_lot=5) is own
+  assert lots.declared_sampling(own) == DeclaredSampling("poisson", 0.2, 40,
+                                                         5)
+  declare_sampling(own, "fixed_size")  # a new declaration replaces it
+  assert lots.declared_sampling(own) == DeclaredSampling("fixed_size", None,
+                                                         None, 1)
+  # The mark changes nothing about the data.
+  np.testing.assert_array_equal(
+      np.concatenate([b[1].numpy() for b in own]), Y)
+
+
+@pytest.mark.parametrize("kwargs, error, names", [
+    (dict(dataset=[1, 2], sampling="poisson", sampling_probability=0.1),
+     TypeError, "dataset"),
+    (dict(sampling="shuffled"), ValueError, 'sampling="shuffled"'),
+    (dict(sampling="without_replacement"), ValueError, "sampling"),
+    (dict(sampling="poisson"), ValueError, "sampling_probability"),
+    (dict(sampling="poisson", sampling_probability=0.0), ValueError,
+     "sampling_probability"),
+    (dict(sampling="poisson", sampling_probability=1.5), ValueError,
+     "sampling_probability"),
+    (dict(sampling="fixed_size", sampling_probability=0.1), ValueError,
+     "sampling_probability"),
+    (dict(sampling="fixed_size", population_size=0), ValueError,
+     "population_size"),
+    (dict(sampling="fixed_size", batches_per_lot=0), ValueError,
+     "batches_per_lot"),
+])
+def test_bad_declarations_name_the_argument(kwargs, error, names):
+  kwargs.setdefault("dataset", tf.data.Dataset.range(4).batch(2))
+  with pytest.raises(error, match=names):
+    declare_sampling(**kwargs)
+  assert lots.declared_sampling(kwargs["dataset"]) is None
