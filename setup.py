@@ -15,9 +15,10 @@ setuptools.setup(
         "numpy>=1.23",
         "scipy>=1.9",
         "absl-py>=1.0",
-        # TensorFlow and TFP are required for training; the accounting in
-        # tf_dp.analysis imports without them. Pin a stack with
-        # requirements/tf221.txt or requirements/tf215.txt.
+        # TensorFlow is required for training; the accounting in
+        # tf_dp.analysis imports without it. tensorflow-probability is on
+        # the design's dependency list, though tf_dp imports nothing from
+        # it. Pin a stack with requirements/tf221.txt or tf215.txt.
         "tensorflow>=2.15",
         "tensorflow-probability>=0.23",
     ],
