@@ -146,12 +146,12 @@ def main(argv):
   budget = tf_dp.keras.PrivacyBudget(delta=FLAGS.delta)
   if sampling == "poisson":
     data = tf_dp.data.poisson_sampled_batches(x, y, q, total_steps)
-    fit_args = dict(x=data.prefetch(2), steps_per_epoch=steps_per_epoch,
+    fit_args = dict(x=data, steps_per_epoch=steps_per_epoch,
                     epochs=int(np.ceil(FLAGS.epochs)))
   elif sampling == "fixed_size":
     data = tf_dp.data.fixed_size_sampled_batches(x, y, FLAGS.batch_size,
                                                  total_steps)
-    fit_args = dict(x=data.prefetch(2), steps_per_epoch=steps_per_epoch,
+    fit_args = dict(x=data, steps_per_epoch=steps_per_epoch,
                     epochs=int(np.ceil(FLAGS.epochs)))
   else:
     fit_args = dict(x=x, y=y, batch_size=FLAGS.batch_size,

@@ -19,9 +19,30 @@ def test_the_samplers_mark_their_datasets_with_what_they_draw():
   poisson = poisson_sampled_batches(X, Y, 0.25, 3, seed=1, batches_per_lot=2)
   fixed = fixed_size_sampled_batches(X, Y, 5, 3, seed=1, batches_per_lot=4)
   assert lots.declared_sampling(poisson) == DeclaredSampling(
-      "poisson", 0.25, 40, 2)
+      "poisson", 0.25, 40, 2, seed=1)
   assert lots.declared_sampling(fixed) == DeclaredSampling(
-      "fixed_size", None, 40, 4)
+      "fixed_size", None, 40, 4, seed=1)
+  assert lots.declared_sampling(
+      poisson_sampled_batches(X, Y, 0.25, 3)).seed is None
+
+
+def test_poisson_padding_rows_hold_no_example():
+  """Padding rows are zeros of weight 0, never copies of an example (a sum
+  that ignores the weights would otherwise count that example again)."""
+  x = np.arange(1, 41, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)
+  y = np.arange(1, 41, dtype=np.int64)
+  names = np.array([b"e%d" % i for i in range(1, 41)])
+  padded = 0
+  for (features, labels), weights in (
+      ((f, l), w) for f, l, w in poisson_sampled_batches(
+          (x, names), y, 0.1, 20, max_batch_size=12, seed=2)):
+    present = weights.numpy() > 0
+    xs, ids, ys = features[0].numpy(), features[1].numpy(), labels.numpy()
+    assert np.all(xs[~present] == 0) and np.all(ys[~present] == 0)
+    assert np.all(ids[~present] == b"")
+    assert np.all(xs[present, 0] == ys[present])  # real rows are examples
+    padded += int((~present).sum())
+  assert padded > 0
 
 
 def test_a_derived_dataset_carries_no_mark():
@@ -38,12 +59,22 @@ def test_declare_sampling_marks_the_dataset_in_place():
                           batches_per_lot=5) is own
   assert lots.declared_sampling(own) == DeclaredSampling("poisson", 0.2, 40,
                                                          5)
-  declare_sampling(own, "fixed_size")  # a new declaration replaces it
-  assert lots.declared_sampling(own) == DeclaredSampling("fixed_size", None,
-                                                         None, 1)
+  declare_sampling(own, "poisson", 0.2, population_size=40,
+                   batches_per_lot=5)  # the same declaration again: fine
+  with pytest.raises(ValueError, match="already marked"):
+    declare_sampling(own, "fixed_size")
+  assert lots.declared_sampling(own).sampling == "poisson"
   # The mark changes nothing about the data.
   np.testing.assert_array_equal(
       np.concatenate([b[1].numpy() for b in own]), Y)
+
+
+def test_a_samplers_mark_cannot_be_declared_otherwise():
+  """Lots drawn with q = 0.5 must never be recorded as q = 0.01."""
+  drawn = poisson_sampled_batches(X, Y, 0.5, 4)
+  with pytest.raises(ValueError, match="already marked"):
+    declare_sampling(drawn, "poisson", 0.01, population_size=40)
+  assert lots.declared_sampling(drawn).sampling_probability == 0.5
 
 
 @pytest.mark.parametrize("kwargs, error, names", [

@@ -246,3 +246,105 @@ def test_an_unmarked_dataset_under_shuffled_sampling_is_unaffected(K):
   samples = _samples(model)
   assert len(samples) == N // BATCH
   assert {s["sampling"] for s in samples} == {"shuffled"}
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson", "shuffled"])
+def test_train_on_batch_trains_only_under_shuffled_sampling(K, sampling):
+  """One batch carries no mark: it cannot be a Poisson or fixed-size lot."""
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, sampling)
+  if sampling == "shuffled":
+    model.train_on_batch(x[:BATCH], y[:BATCH])
+    assert len(_samples(model)) == 1
+    return
+  _assert_refused_before_any_step(
+      model, _weights(model),
+      lambda: model.train_on_batch(x[:BATCH], y[:BATCH]),
+      f"sampling={sampling!r}", "train_on_batch was given one batch",
+      "DPOptimizer.private_step")
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_model_that_overrides_fit_is_checked_as_keras_reads_the_call(K):
+  """A subclass ``fit(self, *args, **kwargs)``: x is still found (the
+  sampler's dataset trains; arrays are refused)."""
+
+  class Logged(K.Sequential):
+
+    def fit(self, *args, **kwargs):  # pylint: disable=useless-parent-delegation
+      return super().fit(*args, **kwargs)
+
+  x, y = helpers.make_data("dense", N)
+  model = tf_dp.keras.make_private(Logged(
+      [K.layers.Input((6,)), K.layers.Dense(3)]))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=N, sampling="poisson", sampling_probability=BATCH / N),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(ValueError, match="arrays or tensors"):
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+  model.fit(tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 2), verbose=0)
+  assert len(_samples(model)) == 2
+
+
+@pytest.mark.parametrize("K", KERAS[:1])
+def test_lots_of_a_fixed_seed_train_with_a_warning(K):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "poisson")
+  with pytest.warns(UserWarning, match="seed=7: every dataset built with"):
+    model.fit(tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 2, seed=7),
+              verbose=0)
+  assert len(_samples(model)) == 2
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_lots_are_checked_against_the_n_the_ledger_records(K):
+  """A ledger whose n was changed after compile would record the sampler's
+  lots with that n (q = lot / n): refused before any step."""
+  x, y = helpers.make_data("dense", N)
+  ledger = tf_dp.PrivacyLedger(N, BATCH / N, sampling="fixed_size")
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.0,
+      ledger=ledger), loss=K.losses.SparseCategoricalCrossentropy(
+          from_logits=True))
+  ledger.set_sample_size(population_size=100 * N)
+  data = tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 2)
+  _assert_refused_before_any_step(
+      model, _weights(model), lambda: model.fit(data, verbose=0),
+      f"n = {N}", f"records population_size={100 * N}")
+  ledger.set_sample_size(population_size=N)
+  model.fit(data, verbose=0)
+  assert [s["population_size"] for s in _samples(model)] == [N, N]
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
+def test_a_lot_left_open_by_a_fit_is_discarded_by_the_next(K, sampling):
+  """A lot must be one draw: the half of a lot that one fit leaves open is
+  never completed by the batches of another draw."""
+  x, y = helpers.make_data("dense", N)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  q = BATCH / N
+  kwargs = dict(sampling_probability=q) if sampling == "poisson" else {}
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=N, sampling=sampling, gradient_accumulation_steps=2,
+      **kwargs), loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  def lots(count):
+    if sampling == "poisson":
+      return tf_dp.data.poisson_sampled_batches(x, y, q, count,
+                                                batches_per_lot=2)
+    return tf_dp.data.fixed_size_sampled_batches(x, y, BATCH // 2, count,
+                                                 batches_per_lot=2)
+
+  model.fit(lots(4), steps_per_epoch=3, verbose=0)  # 1 lot, 1 batch open
+  engine = model.optimizer.dp_engine
+  assert len(_samples(model)) == 1
+  assert int(engine.batches_in_lot.numpy()) == 1
+  with pytest.warns(UserWarning, match="left open by an earlier fit"):
+    model.fit(lots(1), verbose=0)
+  assert len(_samples(model)) == 2
+  assert int(engine.batches_in_lot.numpy()) == 0

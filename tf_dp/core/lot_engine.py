@@ -26,6 +26,7 @@ import tensorflow as tf
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
 from tf_dp.dp_query.nested_query import NestedQuery
+from tf_dp.privacy_ledger import QueryWithLedger
 
 # No limit on the number of lots (until a PrivacyBudget sets one).
 UNLIMITED_LOTS = 2 ** 62
@@ -156,6 +157,18 @@ class LotEngine(tf.Module):
 
   def _empty_lot(self):
     return self._query.initial_sample_state(self._templates)
+
+  def recorded_population_size(self):
+    """The n that the next ledger sample will record (eager).
+
+    The ledger's current n: the one ``config.dp_query``'s
+    ``QueryWithLedger`` brings when the engine is not built yet (building
+    adopts that ledger), else the engine's ledger's.
+    """
+    ledger = self.ledger
+    if not self._built and isinstance(self.config.dp_query, QueryWithLedger):
+      ledger = self.config.dp_query.ledger
+    return int(ledger.population_size.numpy())
 
   def require_population_size(self):
     """Raises unless n, which every ledger sample records, is known.

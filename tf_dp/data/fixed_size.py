@@ -31,9 +31,10 @@ def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
     batches_per_lot: Batches per lot (``gradient_accumulation_steps``).
 
   Returns:
-    A ``tf.data.Dataset`` marked with how its lots are drawn (see
-    ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged, since a
-    dataset derived from it (``.map``, ``.prefetch``, ...) carries no mark.
+    A prefetched ``tf.data.Dataset`` marked with how its lots are drawn
+    (see ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged,
+    since a dataset derived from it (``.map``, ``.prefetch``, ...) carries
+    no mark.
   """
   n = len(tf.nest.flatten(x)[0])
   batches_per_lot = lots.check_batches_per_lot(batches_per_lot)

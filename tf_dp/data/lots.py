@@ -40,11 +40,14 @@ class DeclaredSampling:
     population_size: n, the examples lots are drawn from; None if the
       declaration leaves it to the optimizer's ``population_size``.
     batches_per_lot: Consecutive batches that make one lot.
+    seed: The sampler's fixed seed, or None (fresh OS entropy): every
+      dataset built with one seed draws the same lots.
   """
   sampling: str
   sampling_probability: Optional[float]
   population_size: Optional[int]
   batches_per_lot: int
+  seed: Optional[int] = None
 
 
 def declare_sampling(dataset, sampling, sampling_probability=None,
@@ -84,7 +87,9 @@ def declare_sampling(dataset, sampling, sampling_probability=None,
 
   Raises:
     TypeError: if ``dataset`` is not a ``tf.data.Dataset``.
-    ValueError: naming the argument that is out of range.
+    ValueError: naming the argument that is out of range, or if
+      ``dataset`` already carries another mark (a sampler's mark says how
+      its lots were drawn; it cannot be declared otherwise).
   """
   if not isinstance(dataset, tf.data.Dataset):
     raise TypeError(
@@ -107,9 +112,20 @@ def declare_sampling(dataset, sampling, sampling_probability=None,
   if population_size is not None:
     population_size = checks.check_positive_int("population_size",
                                                 population_size)
-  setattr(dataset, _MARK, DeclaredSampling(
+  return _mark(dataset, DeclaredSampling(
       sampling, sampling_probability, population_size,
       check_batches_per_lot(batches_per_lot)))
+
+
+def _mark(dataset, declared):
+  """Puts ``declared`` on ``dataset`` unless it carries another mark."""
+  earlier = declared_sampling(dataset)
+  if earlier is not None and earlier != declared:
+    raise ValueError(
+        f"dataset is already marked as lots drawn with {earlier}; it cannot "
+        f"be declared {declared}. A sampler's mark says how its lots were "
+        f"drawn: draw new lots with the sampling you need instead.")
+  setattr(dataset, _MARK, declared)
   return dataset
 
 
@@ -126,8 +142,8 @@ def check_batches_per_lot(batches_per_lot):
 
 def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream,
                 sampling, sampling_probability=None):
-  """``num_lots`` lots as ``batches_per_lot`` batches each, marked as drawn
-  with ``sampling`` from the ``n`` examples.
+  """``num_lots`` lots as ``batches_per_lot`` batches each, prefetched and
+  marked as drawn with ``sampling`` from the ``n`` examples.
 
   Args:
     x, y: In-memory arrays (or nests) with ``n`` examples.
@@ -152,7 +168,16 @@ def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream,
     index, weight = choose(draws)
     split = lambda t: tf.reshape(t, tf.concat(
         [[batches_per_lot, -1], tf.shape(t)[1:]], 0))
-    gather = lambda t: split(tf.gather(t, index))
+    if weight is None:
+      gather = lambda t: split(tf.gather(t, index))
+    else:
+      # Padding rows (weight 0) hold zeros, not copies of an example: they
+      # carry no one's data, whatever a later consumer sums over them.
+      present = weight > 0
+      def gather(t):
+        rows = tf.gather(t, index)
+        mask = tf.reshape(present, [-1] + [1] * (len(rows.shape) - 1))
+        return split(tf.where(mask, rows, tf.zeros_like(rows)))
     out = (tf.nest.map_structure(gather, xs),
            tf.nest.map_structure(gather, ys))
     return out if weight is None else out + (split(weight),)
@@ -161,6 +186,8 @@ def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream,
   # pass per Keras epoch) never repeats a sample.
   lot_seeds = tf.data.Dataset.random(seed=key,
                                      rerandomize_each_iteration=True)
-  return declare_sampling(lot_seeds.take(num_lots).map(sample).unbatch(),
-                          sampling, sampling_probability, population_size=n,
-                          batches_per_lot=batches_per_lot)
+  dataset = lot_seeds.take(num_lots).map(sample).unbatch().prefetch(
+      tf.data.AUTOTUNE)
+  return _mark(dataset, DeclaredSampling(
+      sampling, sampling_probability, n, batches_per_lot,
+      None if seed is None else int(seed)))

@@ -1,10 +1,10 @@
 """Poisson-sampled batches as ``tf.data``: the sampling the accountant assumes.
 
 Each step includes every example independently with probability ``q``. The
-sample has a random size, so it is padded to ``max_batch_size`` with examples
-of weight 0 (a fixed shape: graphs are not retraced); weights are 1 for the
-sampled examples. Padding rows have zero loss, hence zero gradient, so they
-contribute nothing to the clipped sum. Train with
+sample has a random size, so it is padded to ``max_batch_size`` with rows of
+zeros of weight 0 (a fixed shape: graphs are not retraced); weights are 1 for
+the sampled examples. Padding rows have zero loss, hence zero gradient, so
+they contribute nothing to the clipped sum, and they hold no example's data. Train with
 ``DPOptimizer(..., sampling="poisson", sampling_probability=q)``; the ledger
 then records Poisson samples and the average uses the public denominator
 ``q * n``.
@@ -52,9 +52,10 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
       ``num_steps * batches_per_lot`` batches).
 
   Returns:
-    A ``tf.data.Dataset`` marked with how its lots are drawn (see
-    ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged, since a
-    dataset derived from it (``.map``, ``.prefetch``, ...) carries no mark.
+    A prefetched ``tf.data.Dataset`` marked with how its lots are drawn
+    (see ``tf_dp.data.declare_sampling``): pass it to ``fit`` unchanged,
+    since a dataset derived from it (``.map``, ``.prefetch``, ...) carries
+    no mark.
   """
   n = len(tf.nest.flatten(x)[0])
   sampling_probability = checks.check_real(

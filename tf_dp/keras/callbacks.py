@@ -27,16 +27,21 @@ class _Callback(callback.Callback):
 
 
 class LotBoundaryGuard(_Callback):
-  """Keeps every fixed-size lot inside one pass over the data.
+  """Keeps every lot inside one ``fit`` and every shuffled lot inside one
+  pass over the data.
 
-  Installed by ``make_private`` in every ``fit``. A lot of several shuffled
-  batches (``gradient_accumulation_steps`` > 1) that took batches from two
-  epochs could hold an example twice, which the ledger's fixed-size sample
-  does not account for. So: when the number of steps per epoch is known and
-  is not a multiple of the lot's batches, ``fit`` is refused with the fix;
-  otherwise a lot still incomplete at the end of an epoch is discarded
-  (nothing of it is released) with a warning. It also lifts the lot limit
-  of an earlier budget at the start of ``fit``.
+  Installed by ``make_private`` in every ``fit``. A lot of several batches
+  (``gradient_accumulation_steps`` > 1) left open by an earlier ``fit``
+  (stopped early, or ``steps_per_epoch`` not a multiple of the lot) is
+  discarded at the start of the next one, with a warning: the new ``fit``
+  draws new lots (a sampler's dataset starts a fresh draw), and a lot made
+  of parts of two draws could hold an example twice. A lot of several
+  shuffled batches that took batches from two epochs could too, which the
+  ledger's fixed-size sample does not account for. So: when the number of
+  steps per epoch is known and is not a multiple of the lot's batches,
+  ``fit`` is refused with the fix; otherwise a lot still incomplete at the
+  end of an epoch is discarded (nothing of it is released) with a warning.
+  It also lifts the lot limit of an earlier budget at the start of ``fit``.
   """
 
   def on_train_begin(self, logs=None):
@@ -44,6 +49,13 @@ class LotBoundaryGuard(_Callback):
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is None:
       return
+    pending = engine.discard_lot()
+    if pending:
+      warnings.warn(
+          f"tf_dp discarded an incomplete lot of {pending} batch(es) left "
+          f"open by an earlier fit (nothing of it was released): a lot must "
+          f"not mix batches of two fits. Make the steps of a fit a multiple "
+          f"of gradient_accumulation_steps.", UserWarning)
     engine.allowed_lots.assign(lot_engine.UNLIMITED_LOTS)
     k = engine.config.gradient_accumulation_steps
     steps = self.params.get("steps")

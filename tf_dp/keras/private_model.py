@@ -12,6 +12,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 import inspect
 import math
 import types
+import warnings
 
 from absl import logging
 import tensorflow as tf
@@ -113,13 +114,33 @@ def _self_check(self, args, kwargs):
   self._tf_dp_checked = True  # pylint: disable=protected-access
 
 
-def _fit_arguments(fit, args, kwargs):
-  """The arguments of a ``fit(*args, **kwargs)`` call by name ({} if they
-  do not bind: ``fit`` itself then raises Keras's error)."""
+def _keras_arguments(model, method, args, kwargs):
+  """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
+  as Keras's own ``method`` reads them (a subclass may override it with
+  ``*args, **kwargs``); {} if they do not bind (Keras then raises)."""
+  keras_method = getattr(type(model), method)
+  for cls in type(model).__mro__:
+    if method in vars(cls) and cls.__module__.startswith(("keras", "tf_keras")):
+      keras_method = vars(cls)[method]
+      break
   try:
-    return inspect.signature(fit).bind_partial(*args, **kwargs).arguments
+    return inspect.signature(keras_method).bind_partial(
+        model, *args, **kwargs).arguments
   except TypeError:
     return {}
+
+
+def _dp_train_on_batch(self, *args, **kwargs):
+  """``train_on_batch``, refused under a sampling that one batch cannot
+  show (``check_sampling_of_fit_input``)."""
+  optimizer = getattr(self, "optimizer", None)
+  if optimizer_base.is_dp_optimizer(optimizer):
+    engine = optimizer.dp_engine
+    check_sampling_of_fit_input(
+        engine.config, _keras_arguments(self, "train_on_batch", args,
+                                        kwargs).get("x"),
+        engine.recorded_population_size(), call="train_on_batch")
+  return type(self).train_on_batch(self, *args, **kwargs)
 
 
 def training_examples(bound):
@@ -131,7 +152,7 @@ def training_examples(bound):
   anything else of unknown length.
 
   Args:
-    bound: ``fit``'s arguments by name (``_fit_arguments``).
+    bound: ``fit``'s arguments by name (``_keras_arguments``).
   """
   x = bound.get("x")
   leaves = tf.nest.flatten(x) if x is not None else []
@@ -152,7 +173,8 @@ _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
              "poisson": "tf_dp.data.poisson_sampled_batches"}
 
 
-def check_sampling_of_fit_input(config, x):
+def check_sampling_of_fit_input(config, x, recorded_population_size,
+                                call="fit"):
   """Refuses a ``fit`` input whose lots are not what ``config.sampling``
   declares.
 
@@ -173,16 +195,25 @@ def check_sampling_of_fit_input(config, x):
   functions are not checked here: their lots are the caller's
   responsibility.
 
-  Privacy contract: called by ``fit`` before any step, so a refused ``fit``
-  changes no weight and writes nothing to the ledger.
+  ``train_on_batch`` is checked the same way: its one batch carries no
+  mark, so it trains only under ``"shuffled"``. A sampler's dataset built
+  with a fixed ``seed`` trains with a warning: every dataset built with that
+  seed draws the same lots.
+
+  Privacy contract: called by ``fit`` and ``train_on_batch`` before any
+  step, so a refused call changes no weight and writes nothing to the
+  ledger.
 
   Args:
     config: The ``DPConfig`` of the model's ``DPOptimizer``.
-    x: The ``x`` given to ``fit``.
+    x: The ``x`` given to ``fit`` (the batch of ``train_on_batch``).
+    recorded_population_size: The n the ledger will record with the lots
+      (``DPEngine.recorded_population_size``).
+    call: ``"fit"`` or ``"train_on_batch"``, for the messages.
 
   Raises:
-    ValueError: naming what the optimizer declares, what ``fit`` was given
-      and the fix.
+    ValueError: naming what the optimizer declares, what was given and the
+      fix.
   """
   declared = (data_lots.declared_sampling(x)
               if isinstance(x, tf.data.Dataset) else None)
@@ -190,7 +221,11 @@ def check_sampling_of_fit_input(config, x):
   if declared is None:
     if sampling not in _SAMPLERS:
       return
-    if isinstance(x, tf.data.Dataset):
+    if call != "fit":
+      given = (f"one batch ({call} takes one batch, which carries no "
+               f"sampling mark; use fit on the sampler's dataset, or "
+               f"DPOptimizer.private_step in a custom loop over its lots)")
+    elif isinstance(x, tf.data.Dataset):
       given = ("a tf.data.Dataset without a sampling mark (a dataset built "
                "by hand, or derived from a sampler's with .map, .batch, "
                ".prefetch, ...: a derived dataset carries no mark)")
@@ -202,7 +237,7 @@ def check_sampling_of_fit_input(config, x):
                f"(only a tf.data.Dataset can)")
     raise ValueError(
         f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
-        f"{_SAMPLERS[sampling]}, but fit was given {given}: the privacy "
+        f"{_SAMPLERS[sampling]}, but {call} was given {given}: the privacy "
         f"ledger would record {sampling} lots that were never drawn, and "
         f"its epsilon would not hold. Fix it in one of three ways: (1) pass "
         f"fit the dataset of {_SAMPLERS[sampling]}(x, y, ...) unchanged; "
@@ -221,8 +256,9 @@ def check_sampling_of_fit_input(config, x):
         f"ledger would record the lots as {sampling} lots (of their padded "
         f"size), and its epsilon would not hold. Build the DPOptimizer "
         f"with {what}, or train on lots drawn as it declares.")
-  if (sampling == "poisson" and float(declared.sampling_probability)
-      != float(config.sampling_probability)):
+  if sampling == "poisson" and not math.isclose(
+      declared.sampling_probability, config.sampling_probability,
+      rel_tol=1e-12):
     raise ValueError(
         f"fit was given Poisson lots drawn with sampling_probability="
         f"{declared.sampling_probability!r}, but DPOptimizer declares "
@@ -240,13 +276,20 @@ def check_sampling_of_fit_input(config, x):
         f"hold. Draw the lots with batches_per_lot="
         f"{config.gradient_accumulation_steps}, or set "
         f"gradient_accumulation_steps={declared.batches_per_lot}.")
-  if declared.population_size not in (None, config.population_size):
+  if declared.population_size not in (None, recorded_population_size):
     raise ValueError(
         f"fit was given {sampling} lots drawn from n = "
-        f"{declared.population_size} examples, but DPOptimizer declares "
-        f"population_size={config.population_size}: the ledger would "
+        f"{declared.population_size} examples, but the DPOptimizer's ledger "
+        f"records population_size={recorded_population_size}: it would "
         f"account the lots with the wrong n. Pass population_size="
-        f"{declared.population_size}.")
+        f"{declared.population_size} (and give its ledger that n).")
+  if declared.seed is not None:
+    warnings.warn(
+        f"fit trains on lots drawn with seed={declared.seed}: every dataset "
+        f"built with that seed draws the same lots (in another fit, or "
+        f"another process), and the ledger counts each as a fresh draw. "
+        f"Leave seed out (fresh OS entropy) outside tests.", UserWarning,
+        stacklevel=3)
 
 
 def _dp_fit(self, *args, **kwargs):
@@ -256,8 +299,10 @@ def _dp_fit(self, *args, **kwargs):
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
   optimizer = getattr(self, "optimizer", None)
   if optimizer_base.is_dp_optimizer(optimizer):
-    bound = _fit_arguments(type(self).fit, (self,) + args, kwargs)
-    check_sampling_of_fit_input(optimizer.dp_engine.config, bound.get("x"))
+    engine = optimizer.dp_engine
+    bound = _keras_arguments(self, "fit", args, kwargs)
+    check_sampling_of_fit_input(engine.config, bound.get("x"),
+                                engine.recorded_population_size())
     examples = training_examples(bound)
     if examples is not None:
       optimizer.dp_engine.infer_population_size(examples)
@@ -311,6 +356,7 @@ def make_private(model, self_check=True):
   model._tf_dp_self_check = bool(self_check)  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
+  model.train_on_batch = types.MethodType(_dp_train_on_batch, model)
   # A fit before the conversion traced the non-private step: trace anew.
   if getattr(model, "train_function", None) is not None:
     model.train_function = None
