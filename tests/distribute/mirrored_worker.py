@@ -8,7 +8,7 @@ test_mirrored_strategy.py. Usage:
   mirrored_worker.py keras3|keras2 one_replica|microbatches|neighbour
       # one logical CPU (one_replica), or 2 with num_microbatches=4
       # (microbatches) or one example replaced, noise 0 (neighbour)
-  mirrored_worker.py keras3|keras2 exact|noise PORT0 PORT1 INDEX
+  mirrored_worker.py keras3|keras2 exact|noise|poisson PORT0 PORT1 INDEX
       # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
 """
 
@@ -101,6 +101,21 @@ elif mode == "neighbour":
                        in zip(after, before, after2, before2))) * len(x)
   out["sum_change"] = float(change)
   out["bound"] = 2 * clip
+elif mode == "poisson":
+  # Poisson lots over 2 workers: refused before any step.
+  x, y = helpers.make_data("dense", 40, seed=1)
+  with strategy.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=1.0, noise_multiplier=1.0,
+        population_size=len(x), sampling="poisson", sampling_probability=0.25),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  try:
+    model.fit(tf_dp.data.poisson_sampled_batches(x, y, 0.25, 4), verbose=0)
+    out["refusal"] = None
+  except ValueError as e:
+    out["refusal"] = str(e)
+  out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
 else:
   n, batch, clip, z = 400, 10, 2.0, 1.5
   x = np.zeros((n, 6), "float32")

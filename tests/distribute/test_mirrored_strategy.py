@@ -133,3 +133,14 @@ def test_multi_worker_noise_once_per_global_batch(flavor):
   assert np.std(deltas) == pytest.approx(chief["expected_stddev"], rel=0.08)
   assert chief["ledger_samples"] == other["ledger_samples"] == 40
   np.testing.assert_array_equal(chief["kernel"], other["kernel"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+def test_multi_worker_refuses_sampled_lots(flavor):
+  """Each worker iterates its own copy of a sampler's dataset: a global
+  step would join batches of different draws. Refused before any step."""
+  for result in run_two_workers(flavor, "poisson"):
+    assert result["refusal"] is not None
+    assert "cannot train over 2 workers" in result["refusal"]
+    assert result["ledger_samples"] == 0

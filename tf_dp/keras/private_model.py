@@ -114,6 +114,17 @@ def _self_check(self, args, kwargs):
   self._tf_dp_checked = True  # pylint: disable=protected-access
 
 
+def strategy_workers(model):
+  """The hosts (chief and workers) ``model``'s distribution strategy spans;
+  1 without a multi-worker strategy."""
+  strategy = getattr(model, "distribute_strategy", None)
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None:
+    return 1
+  spec = resolver.cluster_spec().as_dict()
+  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
+
+
 def _keras_arguments(model, method, args, kwargs):
   """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
   as Keras's own ``method`` reads them (a subclass may override it with
@@ -139,7 +150,8 @@ def _dp_train_on_batch(self, *args, **kwargs):
     check_sampling_of_fit_input(
         engine.config, _keras_arguments(self, "train_on_batch", args,
                                         kwargs).get("x"),
-        engine.recorded_population_size(), call="train_on_batch")
+        engine.recorded_population_size(), call="train_on_batch",
+        workers=strategy_workers(self))
   return type(self).train_on_batch(self, *args, **kwargs)
 
 
@@ -174,7 +186,7 @@ _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
 
 
 def check_sampling_of_fit_input(config, x, recorded_population_size,
-                                call="fit"):
+                                call="fit", workers=1):
   """Refuses a ``fit`` input whose lots are not what ``config.sampling``
   declares.
 
@@ -210,6 +222,11 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
     recorded_population_size: The n the ledger will record with the lots
       (``DPEngine.recorded_population_size``).
     call: ``"fit"`` or ``"train_on_batch"``, for the messages.
+    workers: Hosts the model's distribution strategy spans
+      (``strategy_workers``). Over several, each worker iterates its own copy
+      of a sampler's dataset and Keras shards it by batches, so a global
+      step joins batches of different draws: Poisson and fixed-size lots are
+      refused there.
 
   Raises:
     ValueError: naming what the optimizer declares, what was given and the
@@ -218,6 +235,15 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
   declared = (data_lots.declared_sampling(x)
               if isinstance(x, tf.data.Dataset) else None)
   sampling = config.sampling
+  if sampling in _SAMPLERS and workers > 1:
+    raise ValueError(
+        f"DPOptimizer(sampling={sampling!r}) cannot train over {workers} "
+        f"workers: each worker iterates its own copy of the dataset and "
+        f"Keras shards it by batches, so a global step would join batches "
+        f"of different draws (an example could be in a lot twice) while the "
+        f"ledger records one {sampling} lot. Train {sampling} lots on one "
+        f"host (MirroredStrategy over its devices), or use "
+        f"sampling=\"shuffled\" with a dataset of global batches.")
   if declared is None:
     if sampling not in _SAMPLERS:
       return
@@ -302,7 +328,8 @@ def _dp_fit(self, *args, **kwargs):
     engine = optimizer.dp_engine
     bound = _keras_arguments(self, "fit", args, kwargs)
     check_sampling_of_fit_input(engine.config, bound.get("x"),
-                                engine.recorded_population_size())
+                                engine.recorded_population_size(),
+                                workers=strategy_workers(self))
     examples = training_examples(bound)
     if examples is not None:
       optimizer.dp_engine.infer_population_size(examples)
