@@ -49,18 +49,12 @@ def test_fit_on_arrays_is_refused_for_sampled_lots(K, sampling, as_tensors):
   if as_tensors:
     x, y = tf.constant(x), tf.constant(y)
   model = _private(K, sampling)
-  before = _weights(model)
-  with pytest.raises(ValueError) as refusal:
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-  message = str(refusal.value)
-  assert f"sampling={sampling!r}" in message
-  assert 'sampling="shuffled"' in message  # fix 1: train on arrays
-  assert SAMPLERS[sampling] in message  # fix 2: the sampler's dataset
-  for a, b in zip(before, _weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert _samples(model) == []
-  assert int(model.optimizer.ledger.sample_count.numpy()) == 0
-  assert int(model.optimizer.iterations.numpy()) == 0
+  _assert_refused_before_any_step(
+      model, _weights(model),
+      lambda: model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0),
+      f"sampling={sampling!r}",
+      'sampling="shuffled"',  # fix: train arrays under shuffled sampling
+      SAMPLERS[sampling])  # fix: the sampler's dataset
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -4,10 +4,10 @@ Each step includes every example independently with probability ``q``. The
 sample has a random size, so it is padded to ``max_batch_size`` with rows of
 zeros of weight 0 (a fixed shape: graphs are not retraced); weights are 1 for
 the sampled examples. Padding rows have zero loss, hence zero gradient, so
-they contribute nothing to the clipped sum, and they hold no example's data. Train with
-``DPOptimizer(..., sampling="poisson", sampling_probability=q)``; the ledger
-then records Poisson samples and the average uses the public denominator
-``q * n``.
+they contribute nothing to the clipped sum, and they hold no example's data.
+Train with ``DPOptimizer(..., sampling="poisson", sampling_probability=q)``;
+the ledger then records Poisson samples and the average uses the public
+denominator ``q * n``.
 
 The sampling draws come from a seed taken from OS entropy (unless given):
 predictable sampling would weaken the amplification the accountant credits.

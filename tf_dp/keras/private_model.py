@@ -141,17 +141,23 @@ def _keras_arguments(model, method, args, kwargs):
     return {}
 
 
+def _checked_arguments(model, method, args, kwargs):
+  """The arguments of ``model.<method>(*args, **kwargs)`` by name, after
+  ``check_sampling_of_fit_input`` passed their ``x`` (``method``: ``"fit"``
+  or ``"train_on_batch"``; ``model.optimizer`` is a DP optimizer)."""
+  bound = _keras_arguments(model, method, args, kwargs)
+  engine = model.optimizer.dp_engine
+  check_sampling_of_fit_input(engine.config, bound.get("x"),
+                              engine.recorded_population_size(), call=method,
+                              workers=strategy_workers(model))
+  return bound
+
+
 def _dp_train_on_batch(self, *args, **kwargs):
   """``train_on_batch``, refused under a sampling that one batch cannot
   show (``check_sampling_of_fit_input``)."""
-  optimizer = getattr(self, "optimizer", None)
-  if optimizer_base.is_dp_optimizer(optimizer):
-    engine = optimizer.dp_engine
-    check_sampling_of_fit_input(
-        engine.config, _keras_arguments(self, "train_on_batch", args,
-                                        kwargs).get("x"),
-        engine.recorded_population_size(), call="train_on_batch",
-        workers=strategy_workers(self))
+  if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
+    _checked_arguments(self, "train_on_batch", args, kwargs)
   return type(self).train_on_batch(self, *args, **kwargs)
 
 
@@ -315,7 +321,7 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         f"built with that seed draws the same lots (in another fit, or "
         f"another process), and the ledger counts each as a fresh draw. "
         f"Leave seed out (fresh OS entropy) outside tests.", UserWarning,
-        stacklevel=3)
+        stacklevel=4)  # the caller of fit
 
 
 def _dp_fit(self, *args, **kwargs):
@@ -325,12 +331,8 @@ def _dp_fit(self, *args, **kwargs):
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
   optimizer = getattr(self, "optimizer", None)
   if optimizer_base.is_dp_optimizer(optimizer):
-    engine = optimizer.dp_engine
-    bound = _keras_arguments(self, "fit", args, kwargs)
-    check_sampling_of_fit_input(engine.config, bound.get("x"),
-                                engine.recorded_population_size(),
-                                workers=strategy_workers(self))
-    examples = training_examples(bound)
+    examples = training_examples(_checked_arguments(self, "fit", args,
+                                                    kwargs))
     if examples is not None:
       optimizer.dp_engine.infer_population_size(examples)
   _build_on_first_batch(self, args, kwargs)

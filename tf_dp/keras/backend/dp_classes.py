@@ -48,7 +48,6 @@ def dp_batch_norm_class(adapter):
   return _BATCH_NORMS[adapter.NAME]()
 
 
-
 def register_saved_classes():
   """Imports tf_dp's Keras 3 classes if Keras 3 is installed.
 
