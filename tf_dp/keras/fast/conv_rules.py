@@ -128,6 +128,16 @@ def _grouped(t, groups, inner):
 
 def _backprop_filter(x, filter_shape, g, strides, padding, dilations):
   """The kernel gradient of a 2-D or 3-D convolution (NHWC / NDHWC)."""
+  if max(dilations) > 1:
+    # TensorFlow's CPU kernels without oneDNN (the default on CPUs without
+    # AVX-512) have no dilated backprop-filter: differentiate the forward
+    # (space-to-batch) convolution, as Keras's own gradient does.
+    kernel = tf.zeros(filter_shape, x.dtype)
+    with tf.GradientTape() as tape:
+      tape.watch(kernel)
+      z = tf.nn.convolution(x, kernel, strides=strides, padding=padding,
+                            dilations=dilations)
+    return tape.gradient(z, kernel, output_gradients=g)
   if len(filter_shape) == 5:
     return tf.raw_ops.Conv3DBackpropFilterV2(
         input=x, filter_sizes=filter_shape, out_backprop=g,
@@ -160,7 +170,11 @@ def _single_channel_kernel_grads(layer, x, g):
       or max(dl) > 1 or len(layer.kernel_size) > 2 or x.shape[0] is None):
     return None
   if len(layer.kernel_size) == 1:
-    x, g = x[:, None], g[:, None]
+    # A unit row: its stride is immaterial, and TensorFlow's kernel without
+    # oneDNN takes equal strides only.
+    x, g, st = x[:, None], g[:, None], [st[1], st[1]]
+  elif st[0] != st[1]:
+    return None  # No kernel for unequal strides without oneDNN.
   positions = 1
   for d in g.shape[1:-1]:
     positions = None if d is None or positions is None else positions * d
@@ -184,14 +198,17 @@ def _single_channel_kernel_grads(layer, x, g):
 class ConvRule(linear.LinearRule):
   """keras.layers.Conv1D / Conv2D (any groups) / Conv3D (no dilation)."""
 
-  def kernel_sq_norms(self, layer, x, g, records):
+  def kernel_norms_and_grads(self, layer, x, g, records):
     grads = _single_channel_kernel_grads(layer, x, g)
     if grads is None:
-      return super().kernel_sq_norms(layer, x, g, records)
+      return super().kernel_norms_and_grads(layer, x, g, records)
     # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
     grads = tf.reshape(grads, [-1, records, tf.shape(grads)[2] // records,
                                grads.shape[-1]])
-    return tf.reduce_sum(tf.square(tf.reduce_sum(grads, 2)), [0, 2])
+    per_record = tf.transpose(tf.reduce_sum(grads, 2), [1, 0, 2])
+    # The clipped sum is formed from these same gradients, so their norms
+    # bound what each record adds exactly.
+    return linear.exact_sq_norms(per_record), per_record
 
   def supports(self, layer):
     rank = len(layer.kernel_size)

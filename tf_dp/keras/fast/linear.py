@@ -11,9 +11,11 @@ of group j is ``A_rj^T G_rj`` and
     ||A^T G||_F^2 = sum((A A^T) * (G G^T))                      (ghost norm)
 
 (Goodfellow 2015 for T = 1; Li, Tramer, Liang & Hashimoto 2021 for
-sequences). The ghost norm costs ~ T^2 (K + C) per record and group; the
-materialised gradient ~ T K C. Each layer takes the cheaper one, per layer
-and input shape (Bu et al. 2023, "book-keeping").
+sequences). The ghost norm costs ~ T^2 (K + C) per record and group (in
+float64: see "Certified norms" below); the materialised gradient ~ T K C.
+Each layer takes the cheaper one, per layer and input shape (Bu et al.
+2023, "book-keeping"). Either way the norm is certified: never below the
+norm of what the record adds to the clipped sum, for any input.
 
 The clipped sum never needs per-record gradients: it is linear in the
 output gradients, so ``sum_r s_r grad_r`` is the layer's ordinary kernel
@@ -24,6 +26,7 @@ Only rank-3 matmuls are built (TF 2.21's oneDNN corrupts some rank-4 x
 rank-2 matmuls: see the shared TF facts).
 """
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -82,9 +85,10 @@ def grouped_rows(t, records):
 
 
 def use_ghost_sizes(t, k, c):
-  """True if the ghost norm (~ t^2 (k + c)) is cheaper than the materialised
-  gradient (~ t k c) for t positions, k inputs and c outputs."""
-  return t * t * (k + c) < t * k * c
+  """True if the ghost norm is cheaper than the materialised gradient for t
+  positions, k inputs and c outputs: ~ 2 t^2 (k + c) (its Gram matrices
+  are float64, about twice the cost of float32) against ~ t k c."""
+  return 2 * t * t * (k + c) < t * k * c
 
 
 def use_ghost(a, g):
@@ -95,20 +99,148 @@ def use_ghost(a, g):
   return use_ghost_sizes(t, k, c)
 
 
+# Certified norms.
+#
+# A record's norm sets its clip scale, so it must never be below the norm of
+# what the record adds to the clipped sum, whatever the input: an adversary
+# who contributes one example may choose it. The ghost identity sums
+# products that can cancel: rows ``v`` and ``d - v`` with ``|v| = 1e6`` give
+# a float32 ghost value <= 0 for a gradient of norm ``|d| |g|``. So:
+#
+# * Gram matrices and their products are formed in float64 from the float32
+#   rows (an exact cast), and Higham's bound on their rounding (Accuracy and
+#   Stability of Numerical Algorithms, 2002, Sec. 3.1: any sum of n terms
+#   in any order is within ``gamma_n = n u / (1 - n u)`` times the sum of
+#   their absolute values) is added: every ``|a_i . a_j| |g_i . g_j|`` is at
+#   most ``|a_i| |a_j| |g_i| |g_j|``, so with ``U = sum_t |a_t| |g_t|`` the
+#   exact squared norm is at most the computed one plus
+#   ``gamma_{K + C + T^2 + 8}(float64) U^2``.
+# * The clipped sum itself is formed in float32 from the scaled rows (a
+#   matmul or a convolution's kernel gradient), not from the norm: what a
+#   record adds differs from its exact gradient by at most
+#   ``gamma_{mT}(float32) U`` when its own mT terms are summed (Higham
+#   again, with ``|a_t g_t^T|_F = |a_t| |g_t|``), which is added to the norm.
+# * ``U / norm`` measures how much a record's position terms cancel: about
+#   sqrt(mT) for terms in random directions, far more for crafted ones,
+#   whose large intermediate partial sums would make float32 rounding of
+#   other terms part of their contribution. The norm is floored at
+#   ``U / (LEVERAGE sqrt(mT))``, so no partial sum of a record's scaled
+#   terms exceeds ``LEVERAGE sqrt(mT) C``.
+#
+# Records whose bound is not finite (overflow) are dropped by the caller:
+# they contribute zeros. On ordinary data the added terms change norms by
+# about ``u (mT)^1.5`` relative (3e-5 at mT = 64, 2e-3 at mT = 1024).
+UNIT_ROUNDOFF_FLOAT32 = 2.0 ** -24
+UNIT_ROUNDOFF_FLOAT64 = 2.0 ** -53
+LEVERAGE = 64.0
+# float64 -> float32 rounds to nearest: the bound is raised by this relative
+# margin first (it also covers the few float64 roundings of the bound).
+_CAST_MARGIN = 2.0 ** -20
+
+
+def float32_upper_bound(value):
+  """A float64 bound ``value >= 0`` cast to float32 without going below it
+  (raised by ``_CAST_MARGIN``; a positive value under float32's smallest
+  normal number becomes that number; overflow gives inf)."""
+  out = tf.cast(value * (1.0 + _CAST_MARGIN), tf.float32)
+  tiny = tf.constant(np.finfo(np.float32).tiny, tf.float32)
+  return tf.where((value > 0) & (out < tiny), tiny, out)
+
+
+def rounding_bound(terms, unit_roundoff):
+  """Higham's ``gamma_n = n u / (1 - n u)`` for ``n = terms`` (float64;
+  ``terms`` may be a tensor)."""
+  nu = tf.cast(terms, tf.float64) * unit_roundoff
+  return nu / (1.0 - nu)
+
+
+def row_norms(t):
+  """``[..., F] -> [...]``: float64 Euclidean norms of the last axis (the
+  float32 values cast exactly; their rounding is covered by
+  ``_CAST_MARGIN``)."""
+  t = tf.cast(t, tf.float64)
+  return tf.sqrt(tf.reduce_sum(tf.square(t), -1))
+
+
+def position_mass(a, g):
+  """``U = sum_t |a_t| |g_t|`` per row group: ``[N]`` float64 for rows
+  ``[N, T, K]`` and ``[N, T, C]``."""
+  return tf.reduce_sum(row_norms(a) * row_norms(g), 1)
+
+
+def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records):
+  """``[R]`` float32 squared norms that bound what each record adds.
+
+  Args:
+    exact_sq_bound: ``[R * G]`` float64 upper bounds on the squared norm of
+      each (record, group) block of the exact gradient.
+    mass: ``[R * G]`` float64 ``U`` of each block (``position_mass``).
+    rows_per_record: positions of one record summed per block (``m T``).
+    records: ``R``.
+  """
+  exact = tf.reduce_sum(tf.reshape(exact_sq_bound, [records, -1]), 1)
+  mass = tf.sqrt(tf.reduce_sum(tf.reshape(tf.square(mass), [records, -1]),
+                               1))
+  rows = tf.cast(rows_per_record, tf.float64)
+  norm = (tf.sqrt(tf.maximum(exact, 0.0))
+          + rounding_bound(rows, UNIT_ROUNDOFF_FLOAT32) * mass)
+  norm = tf.maximum(norm, mass / (LEVERAGE * tf.sqrt(rows)))
+  return float32_upper_bound(tf.square(norm))
+
+
+def ghost_sq_bound(a, b):
+  """``([N] bound, [N] U)``: float64 upper bounds on ``|A^T B|_F^2 =
+  sum((A A^T) * (B B^T))`` for rows ``a`` ``[N, T, K]`` and ``b`` ``[N, T,
+  C]`` (float64 Gram matrices plus their rounding bound), and ``U``."""
+  a64, b64 = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
+  mass = position_mass(a64, b64)
+  aa = tf.matmul(a64, a64, transpose_b=True)
+  bb = tf.matmul(b64, b64, transpose_b=True)
+  value = tf.reduce_sum(aa * bb, axis=[1, 2])
+  t = tf.shape(a)[1]
+  terms = tf.shape(a)[2] + tf.shape(b)[2] + t * t + 8
+  return tf.maximum(value, 0.0) + rounding_bound(
+      terms, UNIT_ROUNDOFF_FLOAT64) * tf.square(mass), mass
+
+
+def exact_sq_norms(per_record):
+  """``[R]`` float32 squared norms of materialised per-record gradients
+  ``[R, ...]`` that are themselves what the records add to the sum (their
+  clipped sum is ``sum_r s_r per_record[r]``): float64 sums of squares,
+  raised by the cast margin."""
+  flat = tf.reshape(tf.cast(per_record, tf.float64),
+                    [tf.shape(per_record)[0], -1])
+  return float32_upper_bound(tf.reduce_sum(tf.square(flat), 1))
+
+
+def materialised_sq_bound(grads, mass, positions):
+  """``[N]`` float64 upper bounds on the squared norms of exact gradients
+  given their float32 products ``grads`` ``[N, ...]`` over ``positions``
+  positions (each within ``gamma_positions * mass`` of the exact one)."""
+  flat = tf.reshape(tf.cast(grads, tf.float64), [tf.shape(grads)[0], -1])
+  size = tf.shape(flat)[1]
+  norm = tf.sqrt(tf.reduce_sum(tf.square(flat), 1)) * (
+      1.0 + rounding_bound(size + 4, UNIT_ROUNDOFF_FLOAT64))
+  norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
+  return tf.square(norm)
+
+
 def kernel_sq_norms(a, g, records):
-  """``[R]`` squared Frobenius norms of ``sum_groups A^T G`` per record."""
+  """``[R]`` certified squared norms of ``sum_groups A^T G`` per record
+  (see "Certified norms" above): never below the norm of what the record
+  adds to the float32 clipped sum of its kernel."""
   a = tf.cast(a, g.dtype)
-  if a.shape[1] == 1:  # One position: ||a^T g||^2 = ||a||^2 ||g||^2.
-    per_group = (tf.reduce_sum(tf.square(a), [1, 2])
-                 * tf.reduce_sum(tf.square(g), [1, 2]))
+  rows = tf.shape(a)[1]
+  if a.shape[1] == 1:  # One position: |a^T g|^2 = |a|^2 |g|^2.
+    mass = position_mass(a, g)
+    bound = tf.square(mass)
   elif use_ghost(a, g):
-    aa = tf.matmul(a, a, transpose_b=True)
-    gg = tf.matmul(g, g, transpose_b=True)
-    per_group = tf.reduce_sum(aa * gg, axis=[1, 2])
+    bound, mass = ghost_sq_bound(a, g)
   else:
     grads = tf.matmul(a, g, transpose_a=True)  # [R * G, K, C]
-    per_group = tf.reduce_sum(tf.square(grads), axis=[1, 2])
-  return tf.reduce_sum(tf.reshape(per_group, [records, -1]), 1)
+    mass = position_mass(a, g)
+    bound = materialised_sq_bound(grads, mass, rows)
+  return certified_sq_norms(bound, mass, rows, records)
 
 
 def bias_grads(out_grad, bias_shape, records):
@@ -157,14 +289,26 @@ class LinearRule:
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
     return {"layer": layer, "x": x, "g": out_grad, "records": records}
 
-  def kernel_sq_norms(self, layer, x, g, records):
-    """``[R]`` squared norms of each record's kernel gradient."""
+  def kernel_norms_and_grads(self, layer, x, g, records):
+    """``([R] squared norms, per-record kernel gradients or None)``.
+
+    The norms are certified (see "Certified norms"). A rule that
+    materialises each record's kernel gradient ``[R, *kernel.shape]`` may
+    return it: the clipped sum is then formed from it, so each record adds
+    exactly the gradient whose norm set its scale.
+    """
     a, g = self.kernel_rows(layer, x, g, records)
-    return kernel_sq_norms(a, g, records)
+    return kernel_sq_norms(a, g, records), None
+
+  def kernel_sq_norms(self, layer, x, g, records):
+    """``[R]`` certified squared norms of each record's kernel gradient."""
+    return self.kernel_norms_and_grads(layer, x, g, records)[0]
 
   def sq_norms(self, state):
     layer, records = state["layer"], state["records"]
-    norms = [self.kernel_sq_norms(layer, state["x"], state["g"], records)]
+    kernel_norms, state["kernel_grads"] = self.kernel_norms_and_grads(
+        layer, state["x"], state["g"], records)
+    norms = [kernel_norms]
     if len(self.variables(layer)) > 1:
       # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
       state["bias_grads"] = bias_grads(state["g"], layer.bias.shape, records)
@@ -174,10 +318,14 @@ class LinearRule:
 
   def clipped_sums(self, state, scales, keep):
     layer, records = state["layer"], state["records"]
-    x = per_example(state["x"], records, keep)
-    g = per_example(state["g"], records, keep)
     kernel = self.kernel(layer)
-    total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
+    if state.get("kernel_grads") is not None:
+      total = tf.tensordot(scales[0], mask(state["kernel_grads"], keep),
+                           axes=[[0], [0]])
+    else:
+      x = per_example(state["x"], records, keep)
+      g = per_example(state["g"], records, keep)
+      total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
     out = [tf.reshape(total, tf.shape(kernel))]
     if len(scales) > 1:
       bias = mask(state["bias_grads"], keep)

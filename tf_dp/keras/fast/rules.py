@@ -89,7 +89,13 @@ class DenseRule(linear.LinearRule):
 
 
 class EmbeddingRule:
-  """keras.layers.Embedding: ghost norm over positions with equal tokens."""
+  """keras.layers.Embedding: ghost norm over positions with equal tokens.
+
+  A record's gradient is ``sum_t onehot(id_t) g_t^T``: its squared norm is
+  ``sum_{s,t} [id_s = id_t] g_s . g_t``, certified as the linear rules'
+  (``linear.py``, "Certified norms"; here ``|a_t| = 1``, so ``U = sum_t
+  |g_t|``).
+  """
 
   pre_activation = False
 
@@ -103,12 +109,21 @@ class EmbeddingRule:
   def prepare(self, layer, tap, out_grad, records):
     ids = tf.reshape(tf.cast(tap.args[0], tf.int32), [records, -1])
     g = linear.per_record(out_grad, records)
-    return {"layer": layer, "ids": ids, "g": g}
+    return {"layer": layer, "ids": ids, "g": g, "records": records}
 
   def sq_norms(self, state):
     ids, g = state["ids"], state["g"]
-    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), g.dtype)
-    return [tf.reduce_sum(same * tf.matmul(g, g, transpose_b=True), [1, 2])]
+    g64 = tf.cast(g, tf.float64)
+    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), tf.float64)
+    value = tf.reduce_sum(same * tf.matmul(g64, g64, transpose_b=True),
+                          [1, 2])
+    mass = tf.reduce_sum(linear.row_norms(g64), 1)
+    positions = tf.shape(ids)[1]
+    terms = tf.shape(g)[2] + positions * positions + 8
+    bound = tf.maximum(value, 0.0) + linear.rounding_bound(
+        terms, linear.UNIT_ROUNDOFF_FLOAT64) * tf.square(mass)
+    return [linear.certified_sq_norms(bound, mass, positions,
+                                      state["records"])]
 
   def clipped_sums(self, state, scales, keep):
     g = linear.mask(state["g"], keep) * scales[0][:, None, None]
