@@ -155,17 +155,24 @@ def rounding_bound(terms, unit_roundoff):
 
 
 def row_norms(t):
-  """``[..., F] -> [...]``: float64 Euclidean norms of the last axis (the
-  float32 values cast exactly; their rounding is covered by
-  ``_CAST_MARGIN``)."""
-  t = tf.cast(t, tf.float64)
+  """``[..., F] -> [...]``: Euclidean norms of the last axis, in the dtype
+  of ``t`` (float32 rows: use ``position_mass``, which bounds their
+  rounding)."""
   return tf.sqrt(tf.reduce_sum(tf.square(t), -1))
 
 
 def position_mass(a, g):
-  """``U = sum_t |a_t| |g_t|`` per row group: ``[N]`` float64 for rows
-  ``[N, T, K]`` and ``[N, T, C]``."""
-  return tf.reduce_sum(row_norms(a) * row_norms(g), 1)
+  """``U = sum_t |a_t| |g_t|`` per row group: ``[N]`` float64 upper bounds
+  for rows ``[N, T, K]`` and ``[N, T, C]`` (float64 rows: computed in
+  float64; float32 rows: in float32, raised by the bound on its rounding,
+  ``gamma_{K + C + T + 8}``: sums of positive terms, a square root and a
+  product; inf on overflow, which drops the record)."""
+  mass = tf.reduce_sum(row_norms(a) * row_norms(g), 1)
+  if mass.dtype == tf.float64:
+    return mass
+  terms = tf.shape(a)[2] + tf.shape(g)[2] + tf.shape(a)[1] + 8
+  return tf.cast(mass, tf.float64) * (
+      1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32))
 
 
 def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records):
@@ -215,12 +222,17 @@ def exact_sq_norms(per_record):
 
 def materialised_sq_bound(grads, mass, positions):
   """``[N]`` float64 upper bounds on the squared norms of exact gradients
-  given their float32 products ``grads`` ``[N, ...]`` over ``positions``
-  positions (each within ``gamma_positions * mass`` of the exact one)."""
-  flat = tf.reshape(tf.cast(grads, tf.float64), [tf.shape(grads)[0], -1])
-  size = tf.shape(flat)[1]
-  norm = tf.sqrt(tf.reduce_sum(tf.square(flat), 1)) * (
-      1.0 + rounding_bound(size + 4, UNIT_ROUNDOFF_FLOAT64))
+  given their float32 products ``grads`` ``[N, K, C]`` over ``positions``
+  positions (each within ``gamma_positions * mass`` of the exact one).
+
+  The sum of squares runs in float32 in two stages (over C, then K), so its
+  rounding is within ``gamma_{K + C}`` of it, whatever the order inside a
+  stage.
+  """
+  sq = tf.reduce_sum(tf.reduce_sum(tf.square(grads), 2), 1)
+  terms = tf.shape(grads)[1] + tf.shape(grads)[2] + 4
+  norm = tf.sqrt(tf.cast(sq, tf.float64) * (
+      1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32)))
   norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
   return tf.square(norm)
 
