@@ -230,12 +230,21 @@ class ConvRule(linear.LinearRule):
 
   def kernel_sum(self, layer, x, g):
     shape = list(layer.kernel.shape)
+    strides, dilations = list(layer.strides), list(layer.dilation_rate)
     if len(layer.kernel_size) == 1:
-      _, st, dl = _as_2d(layer)
-      return _backprop_filter(x[:, None], [1] + shape, g[:, None], st,
-                              _padding(layer), dl)
-    return _backprop_filter(x, shape, g, list(layer.strides), _padding(layer),
-                            list(layer.dilation_rate))
+      _, strides, dilations = _as_2d(layer)
+      x, g, shape = x[:, None], g[:, None], [1] + shape
+    groups = getattr(layer, "groups", 1)
+    if groups == 1:
+      return _backprop_filter(x, shape, g, strides, _padding(layer), dilations)
+    # TensorFlow's kernels without oneDNN take no grouped backprop-filter:
+    # group i's kernel slice is the ungrouped gradient of its own input and
+    # output channels.
+    xs, gs = tf.split(x, groups, axis=-1), tf.split(g, groups, axis=-1)
+    shape[-1] //= groups
+    return tf.concat([
+        _backprop_filter(xi, shape, gi, strides, _padding(layer), dilations)
+        for xi, gi in zip(xs, gs)], -1)
 
 
 def _depthwise_supported(layer):
