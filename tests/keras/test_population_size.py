@@ -37,7 +37,8 @@ def test_inferred_from_fit_arrays_less_the_validation_split(K, split,
   model.fit(x, y, batch_size=10, epochs=1, validation_split=split,
             verbose=0)
   samples = _samples(model)
-  assert model.optimizer.dp_config.population_size == expected_n
+  # The fit's samples record its n; the n itself ended with the fit.
+  assert model.optimizer.dp_config.population_size is None
   assert len(samples) == -(-expected_n // 10)
   assert {s["population_size"] for s in samples} == {expected_n}
   assert samples[0]["sampling_probability"] == pytest.approx(
@@ -107,9 +108,10 @@ def test_each_fit_records_the_n_it_trains_on(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_inferred_n_survives_save_and_load(K, tmp_path):
-  """The loaded optimizer keeps the inferred n (its config) and the
-  ledger; the next fit on the same arrays continues with the same n."""
+def test_inferred_n_after_save_and_load(K, tmp_path):
+  """The loaded optimizer keeps the ledger, not the inferred n (it belonged
+  to the fit that inferred it); the next fit on the same arrays infers the
+  same n again."""
   x, y = helpers.make_data("dense", 30)
   model = _private(K)
   model.fit(x, y, batch_size=10, verbose=0)
@@ -117,8 +119,8 @@ def test_inferred_n_survives_save_and_load(K, tmp_path):
   model.save(path)
   loaded = tf_dp.keras.make_private(K.models.load_model(path),
                                     self_check=False)
-  assert loaded.optimizer.dp_config.population_size == 30
-  assert loaded.optimizer.dp_config.population_size_inferred
+  assert loaded.optimizer.dp_config.population_size is None
+  assert not loaded.optimizer.dp_config.population_size_inferred
   loaded.fit(x, y, batch_size=10, verbose=0)
   assert [s["population_size"] for s in _samples(loaded)] == [30] * 6
 
@@ -128,3 +130,57 @@ def test_required_where_it_cannot_be_inferred():
                  {"sampling": "poisson", "sampling_probability": 0.01}):
     with pytest.raises(ValueError, match="population_size is required"):
       tf_dp.DPOptimizer("sgd", 1.0, 1.0, **kwargs)
+
+
+def _assert_refused_without_change(model, call):
+  """``call()`` raises asking for population_size; no weight and no ledger
+  sample changed."""
+  before = [w.copy() for w in model.get_weights()]
+  samples = _samples(model)
+  with pytest.raises(ValueError, match=r"population_size=len\(x_train\)"):
+    call()
+  for a, b in zip(before, model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  assert _samples(model) == samples
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_an_inferred_n_belongs_to_its_fit(K):
+  """n inferred from 100 arrays is not reused by a later fit on 20 examples
+  of a tf.data pipeline, train_on_batch or a custom loop (their q would be
+  recorded as 10 / 100 instead of 10 / 20): each is refused before any
+  update. A later fit on arrays infers its own n."""
+  x, y = helpers.make_data("dense", 100)
+  model = _private(K)
+  model.fit(x, y, batch_size=10, epochs=1, verbose=0)
+  assert [s["population_size"] for s in _samples(model)] == [100] * 10
+  data = tf.data.Dataset.from_tensor_slices((x[:20], y[:20])).batch(10)
+  _assert_refused_without_change(
+      model, lambda: model.fit(data, epochs=1, verbose=0))
+  _assert_refused_without_change(
+      model, lambda: model.train_on_batch(x[:10], y[:10]))
+  _assert_refused_without_change(
+      model, lambda: model.optimizer.private_step(
+          model, "sparse_categorical_crossentropy", x[:10], y[:10]))
+  model.fit(x[:20], y[:20], batch_size=10, epochs=1, verbose=0)
+  assert [s["population_size"] for s in _samples(model)] == (
+      [100] * 10 + [20] * 2)
+  assert [s["sampling_probability"] for s in _samples(model)][-2:] == (
+      pytest.approx([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_an_inferred_n_is_not_saved_as_known(K, tmp_path):
+  """A model saved during (ModelCheckpoint) or after a fit that inferred n
+  loads without that n: a fit on a pipeline is refused."""
+  x, y = helpers.make_data("dense", 30)
+  model = _private(K)
+  path = str(tmp_path / "m.keras")
+  model.fit(x, y, batch_size=10, verbose=0,
+            callbacks=[K.callbacks.ModelCheckpoint(path)])
+  loaded = tf_dp.keras.make_private(K.models.load_model(path),
+                                    self_check=False)
+  assert loaded.optimizer.dp_config.population_size is None
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+  _assert_refused_without_change(
+      loaded, lambda: loaded.fit(data, epochs=1, verbose=0))

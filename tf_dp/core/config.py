@@ -41,6 +41,7 @@ class DPConfig:
   dp_query: Any = None
   ledger: Optional[PrivacyLedger] = None
   population_size: Optional[int] = None
+  # True only while the fit that inferred population_size runs.
   population_size_inferred: bool = False
   sampling: str = "shuffled"
   sampling_probability: Optional[float] = None
@@ -53,6 +54,10 @@ class DPConfig:
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
+    if self.population_size_inferred:
+      # An n inferred from a fit's arrays belongs to that fit: a config
+      # rebuilt from it (a saved one) does not know n.
+      self.population_size, self.population_size_inferred = None, False
     if self.dp_query is not None and not isinstance(self.dp_query, DPQuery):
       raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
                       f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
@@ -171,7 +176,11 @@ class DPConfig:
             and not isinstance(self.dp_query, QueryWithLedger))
 
   def to_dict(self):
+    """The arguments of an equal configuration (without ``dp_query`` and
+    ``ledger``); an n inferred for a running ``fit`` is left out."""
     out = dataclasses.asdict(self)
+    if out["population_size_inferred"]:
+      out["population_size"], out["population_size_inferred"] = None, False
     for key in ("dp_query", "ledger"):
       if out[key] is not None:
         raise ValueError(f"A DPOptimizer with a custom {key} cannot be "

@@ -51,23 +51,31 @@ class DPEngine(lot_engine.LotEngine):
   """
 
   def infer_population_size(self, examples):
-    """Takes n from the ``examples`` that ``fit`` trains on (arrays of
+    """Takes n from the ``examples`` that a ``fit`` trains on (arrays of
     known length), unless ``population_size`` was given.
 
-    The ledger records this n with every later sample. A given
-    ``population_size`` larger than ``examples`` is kept, with a warning:
-    it understates epsilon unless the training set was itself drawn at
-    random from that population.
+    Privacy contract: the inferred n belongs to the ``fit`` that inferred
+    it: the ledger records it with that fit's samples, and
+    ``forget_inferred_population_size`` (called when that fit returns or
+    raises) removes it, so that a later ``fit`` on a pipeline,
+    ``train_on_batch`` or ``private_step`` (whose n nobody knows) is refused
+    before any update instead of recording its lots with another data set's
+    n. A given ``population_size`` larger than ``examples`` is kept, with a
+    warning: it understates epsilon unless the training set was itself
+    drawn at random from that population.
+
+    Returns:
+      Whether n was inferred (the caller must then forget it).
     """
     cfg = self.config
     if cfg.population_size is None or cfg.population_size_inferred:
-      if cfg.population_size is None:
-        logging.info("tf_dp: population_size inferred from fit's arrays: "
-                     "n = %d training examples.", examples)
+      logging.info("tf_dp: population_size inferred from fit's arrays: "
+                   "n = %d training examples.", examples)
       cfg.population_size = int(examples)
       cfg.population_size_inferred = True
       self.apply_inferred_population_size()
-    elif examples < cfg.population_size:
+      return True
+    if examples < cfg.population_size:
       warnings.warn(
           f"population_size={cfg.population_size} but fit trains on "
           f"{examples} examples: the ledger accounts sampling from "
@@ -75,6 +83,16 @@ class DPEngine(lot_engine.LotEngine):
           f"{examples} were themselves drawn at random from the larger "
           f"population. Pass population_size={examples} (or leave it out "
           f"to infer it from fit's arrays).", UserWarning, stacklevel=3)
+    return False
+
+  def forget_inferred_population_size(self):
+    """Ends the life of an n inferred by ``infer_population_size``: n is
+    unknown again until the next ``fit`` on arrays (the ledger keeps the
+    samples recorded with it)."""
+    cfg = self.config
+    if cfg.population_size_inferred:
+      cfg.population_size = None
+      cfg.population_size_inferred = False
 
   def apply_inferred_population_size(self):
     """Sets the ledger's n to the n inferred from ``fit`` (after a loaded

@@ -158,6 +158,9 @@ def _dp_train_on_batch(self, *args, **kwargs):
   show (``check_sampling_of_fit_input``)."""
   if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
     _checked_arguments(self, "train_on_batch", args, kwargs)
+    # Keras reuses the step traced by an earlier fit, whose n (inferred
+    # from that fit's arrays) is no longer known: check it here.
+    self.optimizer.dp_engine.require_population_size()
   return type(self).train_on_batch(self, *args, **kwargs)
 
 
@@ -327,20 +330,30 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
 def _dp_fit(self, *args, **kwargs):
   """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
-  ``population_size`` from the arrays when it was not given."""
+  ``population_size`` from the arrays when it was not given, for this fit
+  only, and refuses (before any step) an input of unknown length when it
+  was not."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
   optimizer = getattr(self, "optimizer", None)
-  if optimizer_base.is_dp_optimizer(optimizer):
+  engine = (optimizer.dp_engine
+            if optimizer_base.is_dp_optimizer(optimizer) else None)
+  inferred = False
+  if engine is not None:
     examples = training_examples(_checked_arguments(self, "fit", args,
                                                     kwargs))
     if examples is not None:
-      optimizer.dp_engine.infer_population_size(examples)
-  _build_on_first_batch(self, args, kwargs)
-  _self_check(self, args, kwargs)
-  callbacks = kwargs.pop("callbacks", None)
-  callbacks = list(callbacks or [])
-  callbacks.insert(0, callbacks_lib.LotBoundaryGuard())
-  return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
+      inferred = engine.infer_population_size(examples)
+    engine.require_population_size()
+  try:
+    _build_on_first_batch(self, args, kwargs)
+    _self_check(self, args, kwargs)
+    callbacks = kwargs.pop("callbacks", None)
+    callbacks = list(callbacks or [])
+    callbacks.insert(0, callbacks_lib.LotBoundaryGuard())
+    return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
+  finally:
+    if inferred:  # That n was this fit's only.
+      engine.forget_inferred_population_size()
 
 
 def make_private(model, self_check=True):
