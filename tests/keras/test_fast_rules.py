@@ -290,15 +290,41 @@ def test_a_user_layer_named_dense_gets_no_dense_rule(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_subclasses_do_not_inherit_rules_until_registered(K):
-  class MyDense(K.layers.Dense):
-    pass
+def test_subclasses_inherit_rules_only_without_new_computation(K):
+  class Renamed(K.layers.Dense):
+    """Only construction and configuration: the parent's call."""
 
-  layer = MyDense(3)
-  assert rules.rule_for(layer) is None
-  rules.register_rule(MyDense, rules.DenseRule())
-  assert isinstance(rules.rule_for(layer), rules.DenseRule)
+    def __init__(self, units, **kwargs):
+      super().__init__(units, use_bias=False, **kwargs)
+
+    def get_config(self):
+      return super().get_config()
+
+  class Cubed(Renamed):
+    def call(self, inputs):
+      return tf.matmul(inputs, self.kernel ** 3)
+
+  class Rebuilt(K.layers.Dense):
+    def build(self, input_shape):
+      super().build(input_shape)
+
+  assert isinstance(rules.rule_for(Renamed(3)), rules.DenseRule)
+  assert rules.rule_for(Cubed(3)) is None  # Below a neutral class too.
+  assert rules.rule_for(Rebuilt(3)) is None
+  patched = K.layers.Dense(3)
+  patched.call = lambda inputs: inputs
+  assert rules.rule_for(patched) is None
+  rules.register_rule(Cubed, rules.DenseRule())
+  try:
+    assert isinstance(rules.rule_for(Cubed(3)), rules.DenseRule)
+  finally:
+    del rules._RULES[Cubed]  # pylint: disable=protected-access
   assert isinstance(rules.rule_for(K.layers.Dense(3)), rules.DenseRule)
+  # The inherited rule computes the subclass's gradients.
+  layer = Renamed(4, activation="tanh", kernel_initializer=_init(K, 1))
+  x, y = _data((5,))
+  plan = _fast_step_matches_loop(K, _sequential(K, (5,), [layer]), x, y)
+  assert "DenseRule" in plan[layer.name]
 
 
 @pytest.mark.parametrize("K", KERAS)

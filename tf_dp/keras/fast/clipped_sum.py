@@ -46,16 +46,34 @@ def _sublayers(layer):
   return backend.for_object(layer).sublayers(layer)
 
 
+def owns_trainable_variables(layer):
+  """Whether ``layer`` has trainable variables that none of its sublayers
+  has (its own weights, as opposed to its sublayers')."""
+  held = {id(v) for sub in _sublayers(layer) for v in sub.trainable_variables}
+  return any(id(v) not in held for v in layer.trainable_variables)
+
+
+def _tapped_through_sublayers(layer):
+  """Models, registered composites, and layers without a rule whose
+  trainable variables all belong to sublayers (transformer blocks,
+  MultiHeadAttention and its subclasses): whatever class they are."""
+  if _is_model(layer) or rules_lib.is_composite(layer):
+    return True
+  return (rules_lib.rule_for(layer) is None
+          and not owns_trainable_variables(layer))
+
+
 def trainable_units(model):
-  """Layers that own trainable variables, recursing into nested models and
-  composite layers (``rules.register_composite``, e.g. MultiHeadAttention).
+  """The layers tapped by the fast path: every layer that holds trainable
+  variables, reached through models and through layers whose trainable
+  variables all belong to sublayers (``_tapped_through_sublayers``).
   """
   units = []
 
   def visit(layer):
     if not layer.trainable_variables:
       return
-    if _is_model(layer) or rules_lib.is_composite(layer):
+    if _tapped_through_sublayers(layer):
       for sub in _sublayers(layer):
         visit(sub)
     else:
@@ -93,7 +111,7 @@ def clipping_plan(model):
       continue
     if not layer.trainable_variables:
       path = "no trainable variables"
-    elif rules_lib.is_composite(layer):
+    elif _tapped_through_sublayers(layer):
       path = "composite: its sublayers are tapped"
     elif rules_lib.rule_for(layer) is not None:
       path = f"fast rule ({type(rules_lib.rule_for(layer)).__name__})"
@@ -162,6 +180,30 @@ def _records(tensor, num_microbatches):
   return batch if num_microbatches is None else tf.constant(num_microbatches)
 
 
+def _check_taps_cover(units, rules, variables, read_outside):
+  """Raises FastPathUnavailable unless every trainable variable's gradient
+  comes from the taps: each rule accounts for exactly its layer's trainable
+  variables, and none is read outside the call of the layer holding it."""
+  # A tape watches the resource variable under a Keras 3 variable: both
+  # share the handle.
+  handle = lambda v: id(getattr(v, "handle", v))
+  trainable = {handle(v) for v in variables}
+  for v in read_outside:
+    if handle(v) in trainable:
+      raise FastPathUnavailable(
+          f"variable {v.name} is read outside the call of the layer that "
+          "holds it (a layer reads a sublayer's weights directly)")
+  for unit in units:
+    rule = rules[id(unit)]
+    if rule is None:
+      continue
+    if ({id(v) for v in rule.variables(unit)}
+        != {id(v) for v in unit.trainable_variables}):
+      raise FastPathUnavailable(
+          f"the rule {type(rule).__name__} of layer {unit.name!r} does not "
+          "account for exactly its trainable variables")
+
+
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
                       num_microbatches=None, return_taps=False):
   """Sum over the batch's records of ``query.preprocess_record(grads)``.
@@ -180,11 +222,12 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   first = tf.nest.flatten(x)[0]
   records = _records(first, num_microbatches)
   with taps_lib.TapSession(units, pre_activation) as session:
-    with tf.GradientTape() as tape:
+    with tf.GradientTape() as tape, session.outside_reads() as outside:
       y_pred = model(x, training=True)
       losses = loss_fn(y, y_pred, sample_weight)
       record_losses = tf.reduce_mean(tf.reshape(losses, [records, -1]), 1)
       total = tf.reduce_sum(record_losses)
+  _check_taps_cover(units, rules, variables, outside.watched_variables())
   for unit in units:
     calls = session.call_counts.get(id(unit), 0)
     if calls != 1:

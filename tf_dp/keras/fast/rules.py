@@ -13,14 +13,25 @@ A rule answers for one layer class:
     per variable (records to drop have ``keep`` false and are masked, so
     NaN or inf in a dropped record cannot leak into the sum).
 
-Rules are looked up by the layer's exact class: a subclass may override
-``call``, so it never inherits its parent's rule. Register a rule for your
-own class (or subclass) with ``register_rule(MyLayer, rule)``; layers
-without a rule get ``LocalVectorizedRule`` (exact, slower).
+Rules are looked up by class. A subclass uses its parent's rule only if
+neither it nor any class between it and the parent defines anything but
+construction and metadata (``_NEUTRAL_NAMES``: ``__init__``, ``get_config``,
+shape inference, docstrings): its forward pass is then the parent's
+``call`` on the parent's attributes, which the rule reads. A subclass that
+defines ``call``, ``build``, a property or any helper does not inherit the
+rule (its name never matters); register one with ``register_rule(MyLayer,
+rule)``. Layers without a rule get ``LocalVectorizedRule`` (exact, slower).
 
-Composite layers (``register_composite``) own no variables themselves: the
-fast path taps their sublayers instead (MultiHeadAttention is four
-EinsumDense layers, each called once per forward).
+A layer whose trainable variables all belong to its sublayers (a
+transformer block, MultiHeadAttention) needs no rule: the fast path taps
+its sublayers instead (``clipped_sum.trainable_units``), unless a rule
+is registered for its class. ``register_composite`` makes the fast path tap
+the sublayers of a class even then.
+
+Privacy does not depend on a rule describing the layer correctly: each
+record adds to the clipped sum what the rule computes from that record's
+taps, and the rule's norm bounds exactly that. A rule that does not
+describe the layer gives a wrong gradient, never an unclipped one.
 
 Built-in rules (Keras 3 and Keras 2 classes, registered on first use):
 Dense, EinsumDense, Embedding, Conv1D/2D/3D, DepthwiseConv2D,
@@ -57,7 +68,9 @@ def register_rule(layer_class, rule):
 
 
 def register_composite(layer_class):
-  """Taps the sublayers of layers of exactly this class, not the layer."""
+  """Taps the sublayers of layers of exactly this class, not the layer
+  (needed only for a class that has a rule: a layer whose trainable
+  variables all belong to sublayers is tapped through them anyway)."""
   if not isinstance(layer_class, type):
     raise TypeError(f"register_composite expects a class, got "
                     f"{layer_class!r}.")
@@ -69,11 +82,42 @@ def is_composite(layer):
   return type(layer) in _COMPOSITES
 
 
-def rule_for(layer):
-  """The registered rule for ``type(layer)`` if it supports the layer."""
+# What a subclass may define and still compute what its parent's call
+# computes: construction (the rule reads the attributes __init__ sets, as
+# the parent's call does), configuration, shape inference and metadata.
+_NEUTRAL_NAMES = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+    "__firstlineno__", "__static_attributes__", "__annotations__",
+    "__orig_bases__", "__parameters__", "__init__", "get_config",
+    "from_config", "compute_output_shape", "compute_output_spec",
+    "_api_export_path", "_api_export_symbol_id",
+})
+
+
+def ruled_class(cls):
+  """The class whose rule describes layers of class ``cls``, or None.
+
+  That is ``cls`` itself if it has a rule, else its nearest ancestor with a
+  rule provided every class on the way defines only ``_NEUTRAL_NAMES``.
+  """
   _ensure_builtins()
-  rule = _RULES.get(type(layer))
-  if rule is not None and rule.supports(layer):
+  for klass in cls.__mro__:
+    if klass in _RULES:
+      return klass
+    if set(vars(klass)) - _NEUTRAL_NAMES:
+      return None
+  return None
+
+
+def rule_for(layer):
+  """The rule for ``layer``'s class (``ruled_class``) if it supports the
+  layer, else None. A layer whose ``call`` was replaced on the instance
+  has no rule."""
+  klass = ruled_class(type(layer))
+  if klass is None or "call" in vars(layer):
+    return None
+  rule = _RULES[klass]
+  if rule.supports(layer):
     return rule
   return None
 
@@ -206,7 +250,6 @@ def _ensure_builtins():
   for keras in modules:
     _RULES[keras.layers.Dense] = DenseRule()
     _RULES[keras.layers.Embedding] = EmbeddingRule()
-    _COMPOSITES.add(keras.layers.MultiHeadAttention)
   register = _RULES.__setitem__
   for module in (conv_rules, einsum_rule, norm_rules):
     module.register_all(register, modules)

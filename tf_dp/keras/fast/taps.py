@@ -7,7 +7,13 @@ pre-activation ``z`` (its gradient is what ghost norms need); the activation
 is then applied outside. Every other layer records its inputs and outputs as
 they are, plus the call arguments, so that its per-record gradients can be
 recomputed locally.
+
+``outside_reads`` gives a tape that sees the variables read outside the
+tapped calls: a variable read there (a layer reading its sublayer's kernel
+directly) would have gradient terms no tap records.
 """
+
+import contextlib
 
 import tensorflow as tf
 
@@ -28,9 +34,37 @@ class TapSession:
   def __init__(self, layers, pre_activation):
     self._layers = layers
     self._pre_activation = pre_activation
-    self.taps = {}
+    self.taps = {}  # The last call's tap, by layer id.
+    self.all_taps = {}  # Every call's tap, in call order, by layer id.
     self.call_counts = {}
     self._originals = {}
+    self._outside = None
+    self._depth = 0
+
+  @contextlib.contextmanager
+  def outside_reads(self):
+    """A tape that watches the variables read outside the tapped calls
+    (``watched_variables()``) while the block runs."""
+    with tf.GradientTape() as tape:
+      self._outside = tape
+      try:
+        yield tape
+      finally:
+        self._outside = None
+
+  def _record(self, layer, tap):
+    self.taps[id(layer)] = tap
+    self.all_taps.setdefault(id(layer), []).append(tap)
+
+  def _run(self, original, args, kwargs):
+    if self._outside is None or self._depth:
+      return original(*args, **kwargs)
+    self._depth += 1
+    try:
+      with self._outside.stop_recording():
+        return original(*args, **kwargs)
+    finally:
+      self._depth -= 1
 
   def _make_call(self, layer, original):
     def call(*args, **kwargs):
@@ -39,13 +73,13 @@ class TapSession:
         activation = layer.activation
         layer.activation = None
         try:
-          z = original(*args, **kwargs)
+          z = self._run(original, args, kwargs)
         finally:
           layer.activation = activation
-        self.taps[id(layer)] = Tap(layer, args, kwargs, z)
+        self._record(layer, Tap(layer, args, kwargs, z))
         return z if activation is None else activation(z)
-      out = original(*args, **kwargs)
-      self.taps[id(layer)] = Tap(layer, args, kwargs, out)
+      out = self._run(original, args, kwargs)
+      self._record(layer, Tap(layer, args, kwargs, out))
       return out
     return call
 

@@ -1,0 +1,80 @@
+"""Which layers the fast path taps (``tf_dp/keras/fast/clipped_sum.py``):
+containers are tapped through their sublayers with no registration, and a
+container that reads a sublayer's weights itself is refused (the taps
+would miss those gradient terms), never trained on a partial gradient.
+
+Comparisons are one noiseless step against a loop over examples
+(``loop_reference``, tolerance 1e-5 stated there).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.keras import helpers
+from tests.keras.fast import loop_reference
+
+KERAS = helpers.keras_modules()
+CLIP = 0.5
+FALLBACK = "local vectorized_map"
+
+
+def _block_class(K):
+  class Block(K.layers.Layer):
+    """A transformer block owning no variables itself."""
+
+    def __init__(self, width, attention=True, read_kernel=False, **kwargs):
+      super().__init__(**kwargs)
+      init = K.initializers.GlorotUniform(seed=7)
+      self.attention = (K.layers.MultiHeadAttention(
+          2, width // 2, kernel_initializer=init) if attention else None)
+      self.dense = K.layers.Dense(width, activation="relu",
+                                  kernel_initializer=init)
+      self.norm = K.layers.LayerNormalization()
+      self.read_kernel = read_kernel
+
+    def call(self, x):
+      if self.attention is not None:
+        x = x + self.attention(x, x)
+      h = self.norm(x)
+      h = h + self.dense(h)
+      if self.read_kernel:  # A direct read no tap of self.dense sees.
+        h = h + tf.reduce_mean(tf.convert_to_tensor(self.dense.kernel))
+      return h
+  return Block
+
+
+def _model(K, block, seq=6, vocab=12):
+  inputs = K.layers.Input((seq,), dtype="int32")
+  h = K.layers.Embedding(vocab, 8, embeddings_initializer=(
+      K.initializers.RandomNormal(seed=3)))(inputs)
+  h = K.layers.GlobalAveragePooling1D()(block(h))
+  return K.Model(inputs, K.layers.Dense(3, kernel_initializer=(
+      K.initializers.GlorotUniform(seed=5)))(h))
+
+
+def _tokens(n=6, seq=6, vocab=12):
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, vocab, size=(n, seq)).astype("int32")
+  return x, (x[:, 0] % 3).astype("int32")
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_containers_are_tapped_through_their_sublayers(K):
+  block = _block_class(K)(8, name="block")
+  x, y = _tokens()
+  plan = loop_reference.fast_step_matches_loop(K, _model(K, block), x, y,
+                                               CLIP)
+  assert plan["block"].startswith("composite"), plan
+  assert not [n for n, p in plan.items() if FALLBACK in p], plan
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_weight_read_outside_its_layer_is_refused(K):
+  block = _block_class(K)(8, attention=False, read_kernel=True)
+  x, y = _tokens()
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  model = loop_reference.compile_fast(K, _model(K, block), 6, loss, CLIP,
+                                      noise_multiplier=0.5)
+  with pytest.raises(ValueError, match="read outside the call of the layer"):
+    model.fit(x, y, batch_size=6, epochs=1, verbose=0)
