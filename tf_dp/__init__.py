@@ -15,7 +15,6 @@ Paper reproductions (DP dropout, DP-PCA, audits) are in
 """
 
 import importlib
-import warnings
 
 __version__ = "0.1.0"
 
@@ -54,28 +53,7 @@ _LAZY_NAMES = {
 }
 
 
-# Old names, kept for one release: old name -> (module, new name).
-_MOVED_NAMES = {
-    "dp_pca": ("tf_dp.reproductions.dp_pca", None),
-    "dp_principal_directions": ("tf_dp.reproductions.dp_pca",
-                                "dp_principal_directions"),
-}
-
-
-def _moved(name):
-  """A moved name's value; warns (DeprecationWarning) on every use."""
-  module_name, new_name = _MOVED_NAMES[name]
-  new = module_name if new_name is None else f"{module_name}.{new_name}"
-  warnings.warn(f"The name 'tf_dp.{name}' is deprecated and will be removed "
-                f"in the next release of tf_dp; use {new!r} instead.",
-                DeprecationWarning, stacklevel=3)
-  module = importlib.import_module(module_name)
-  return module if new_name is None else getattr(module, new_name)
-
-
 def __getattr__(name):
-  if name in _MOVED_NAMES:
-    return _moved(name)
   module_name = _LAZY_NAMES.get(name)
   if module_name is None:
     raise AttributeError(f"module 'tf_dp' has no attribute {name!r}")

@@ -24,7 +24,6 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import ledger_schema
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
@@ -73,8 +72,7 @@ class PrivacyLedger(tf.Module):
   Args:
     population_size: Number of records n in the private dataset.
     sampling_probability: Probability q that a record is in a sample
-      (Poisson), or the sample size divided by n (fixed-size). The old
-      keyword ``selection_probability`` still works (DeprecationWarning).
+      (Poisson), or the sample size divided by n (fixed-size).
     sampling: ``"poisson"`` (each record independently with probability q),
       ``"fixed_size"`` (an independent uniformly random subset of fixed
       size per sample; replace-one neighbours) or ``"shuffled"`` (batches
@@ -91,7 +89,6 @@ class PrivacyLedger(tf.Module):
     >>> ledger = PrivacyLedger(60000, 256 / 60000)
   """
 
-  @deprecation.renamed_keywords(selection_probability="sampling_probability")
   def __init__(self, population_size, sampling_probability,
                sampling="poisson", examples_per_record=1, max_samples=100000,
                max_queries_per_sample=4, name="privacy_ledger"):
@@ -140,13 +137,6 @@ class PrivacyLedger(tf.Module):
                                         name=f"{name}/dropped_samples")
 
   @property
-  def selection_probability(self):
-    """Deprecated name of ``sampling_probability`` (the same variable)."""
-    deprecation.warn("PrivacyLedger.selection_probability",
-                     "PrivacyLedger.sampling_probability", "attribute")
-    return self.sampling_probability
-
-  @property
   def sampling(self):
     """The sampling kind recorded by default (eager only)."""
     return ledger_schema.sampling_kind(float(self._sampling_code.numpy()))
@@ -160,15 +150,13 @@ class PrivacyLedger(tf.Module):
     """Samples recorded so far plus samples dropped (a tensor, int32)."""
     return self._sample_count + self._dropped_samples
 
-  @deprecation.renamed_keywords(selection_probability="sampling_probability")
   def set_sample_size(self, population_size=None, sampling_probability=None):
     """Changes n (and q) for the samples recorded from now on.
 
     A fixed-size sample's q is its size divided by n, so changing only n
     rescales the q recorded for later fixed-size samples of the same size
     (q * old_n / new_n); Poisson's q is the sampler's probability and stays
-    unless given. The old keyword ``selection_probability`` still works
-    (DeprecationWarning).
+    unless given.
     """
     if population_size is not None:
       population_size = _check_population_size(population_size)
@@ -355,8 +343,7 @@ class PrivacyLedger(tf.Module):
 
     Reads formats 1 and 2, validating every field with
     ``tf_dp.analysis.ledger_schema.decode`` (``ValueError`` names a bad
-    field; exports with the old key ``selection_probability`` are read with
-    a DeprecationWarning). The buffers are written in bulk; samples beyond
+    field). The buffers are written in bulk; samples beyond
     ``max_samples`` (default: all of them) are counted as dropped. The
     ledger's configured event is that of the last sample.
     """
@@ -491,8 +478,3 @@ class QueryWithLedger(dp_query.DPQuery):
 
   def preprocessed_sum(self, scaled_sum, extra_sum):
     return self._query.preprocessed_sum(scaled_sum, extra_sum)
-
-
-__getattr__ = deprecation.module_getattr(__name__, {
-    "SAMPLING_METHODS": ("tf_dp.analysis.ledger_schema", "SAMPLING_KINDS"),
-    "LEDGER_FORMAT": ("tf_dp.analysis.ledger_schema", "FORMAT_V1")})

@@ -145,7 +145,7 @@ def test_amplification_in_log_space_does_not_overflow():
 
 _BOGUS_LEDGER_JSON = json.dumps({
     "format": "tf_dp.privacy_ledger/1", "dropped_samples": 0,
-    "samples": [{"population_size": 100, "selection_probability": 0.1,
+    "samples": [{"population_size": 100, "sampling_probability": 0.1,
                  "sampling": "bogus", "examples_per_record": 1,
                  "sum_queries": [{"l2_norm_clip": 1.0, "noise_stddev": 1.0}]}]})
 

@@ -43,14 +43,6 @@ def test_v2_round_trip_and_expansion_to_v1():
   assert schema.encode(runs, 3, schema.FORMAT_V1) == v1([A, A, B, A], 3)
 
 
-def test_unversioned_old_export_is_read_as_version_1():
-  runs, _ = schema.decode({"samples": [A, A]})
-  assert runs == [schema.Run(schema.check_sample(A, "A"), 2)]
-  # Early version-1 exports had no examples_per_record: it means 1.
-  legacy = {k: v for k, v in A.items() if k != "examples_per_record"}
-  assert schema.check_sample(legacy, "s").examples_per_record == 1
-
-
 def test_sampling_codes_are_stable_for_checkpoints():
   # Buffers and checkpoints store the index: appending only.
   assert schema.SAMPLING_KINDS[:3] == ("poisson", "fixed_size", "shuffled")
@@ -119,15 +111,12 @@ def test_buffer_runs_match_a_per_sample_reading():
     (entry(q=1.5), r"sampling_probability must be a probability in \[0, 1\]"),
     (entry(q=math.nan), r"sampling_probability.*got nan"),
     (entry(q="0.1"), r"sampling_probability.*got '0\.1'"),
-    # An export with the old key: the error names the field as spelled.
-    (entry(q=1.5, q_key="selection_probability"),
-     r"selection_probability must be a probability in \[0, 1\]"),
-    (entry(q=math.nan, q_key="selection_probability"),
-     r"selection_probability.*got nan"),
-    (entry(q="0.1", q_key="selection_probability"),
-     r"selection_probability.*got '0\.1'"),
-    (dict(entry(), selection_probability=0.01),
-     r"both 'sampling_probability' and its old name"),
+    # A key this format does not have is refused, never guessed at.
+    (entry(q_key="selection_probability"),
+     r"missing \['sampling_probability'\], unknown "
+     r"\['selection_probability'\]"),
+    ({k: v for k, v in entry().items() if k != "examples_per_record"},
+     r"missing \['examples_per_record'\]"),
     (entry(per_record=0), r"examples_per_record must be an integer >= 1"),
     (entry(queries=((1.0, -1.0),)),
      r"samples\[1\]\.sum_queries\[0\]\.noise_stddev.*got -1\.0"),
@@ -158,6 +147,7 @@ def test_every_field_is_validated_with_its_path(bad, match):
     ({"format": "tf_dp.privacy_ledger/3", "runs": []},
      r"newer tf_dp.*upgrade"),
     ({"format": "other", "samples": []}, r"Not a tf_dp ledger export"),
+    ({"dropped_samples": 0, "samples": [A]}, r"Not a tf_dp ledger export"),
     ([A], r"must be a dict"),
     (v1({"0": A}), r"samples must be a list"),
 ])

@@ -120,13 +120,13 @@ def test_heterogeneous_is_sum_of_parts():
 
 
 @pytest.mark.parametrize("kwargs,name", [
-    (dict(q=1.5, noise_multiplier=1.0, steps=1), "q"),
-    (dict(q=-0.1, noise_multiplier=1.0, steps=1), "q"),
-    (dict(q=0.1, noise_multiplier=0.0, steps=1), "noise_multiplier"),
-    (dict(q=0.1, noise_multiplier=-1.0, steps=1), "noise_multiplier"),
-    (dict(q=0.1, noise_multiplier=1.0, steps=-1), "steps"),
-    (dict(q=0.1, noise_multiplier=1.0, steps=1, orders=[]), "orders"),
-    (dict(q=0.1, noise_multiplier=1.0, steps=1, orders=[0.5]), "orders"),
+    (dict(sampling_probability=1.5, noise_multiplier=1.0, steps=1), "sampling_probability"),
+    (dict(sampling_probability=-0.1, noise_multiplier=1.0, steps=1), "sampling_probability"),
+    (dict(sampling_probability=0.1, noise_multiplier=0.0, steps=1), "noise_multiplier"),
+    (dict(sampling_probability=0.1, noise_multiplier=-1.0, steps=1), "noise_multiplier"),
+    (dict(sampling_probability=0.1, noise_multiplier=1.0, steps=-1), "steps"),
+    (dict(sampling_probability=0.1, noise_multiplier=1.0, steps=1, orders=[]), "orders"),
+    (dict(sampling_probability=0.1, noise_multiplier=1.0, steps=1, orders=[0.5]), "orders"),
 ])
 def test_invalid_arguments_name_the_argument(kwargs, name):
   with pytest.raises(ValueError, match=name):

@@ -4,13 +4,11 @@ Concern (c) of McMahan & Andrew (2018): the accountant reads what the
 mechanisms did (a ledger of sampling and Gaussian sum-query events, or the
 parameters of a run) and turns it into an (epsilon, delta) guarantee. Nothing
 here touches tensors. The package also holds what every layer of tf_dp
-shares without TensorFlow: the argument checks (``checks``), the old names
-kept for one release (``deprecation``) and the ledger's format
-(``ledger_schema``). Paper reproductions (DP dropout's own accounting) live
-in ``tf_dp.reproductions``.
+shares without TensorFlow: the argument checks (``checks``) and the
+ledger's format (``ledger_schema``). Paper reproductions (DP dropout's own
+accounting) live in ``tf_dp.reproductions``.
 """
 
-from tf_dp.analysis import deprecation as _deprecation
 from tf_dp.analysis.allocation import effective_noise_multiplier
 from tf_dp.analysis.composition import advanced_composition
 from tf_dp.analysis.composition import amplify_by_poisson_sampling
@@ -40,16 +38,3 @@ from tf_dp.analysis.budget import max_additional_steps
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.analysis.pld import GaussianEvent
 from tf_dp.analysis.pld import PLDAccountant
-
-# Old names, kept for one release (each use warns).
-__getattr__ = _deprecation.module_getattr(__name__, {
-    "compute_rdp_sample_without_replacement": (
-        "tf_dp.analysis.rdp_fixed_size", "compute_rdp_fixed_size"),
-    "rdp_without_replacement": ("tf_dp.analysis.rdp_fixed_size", None),
-    "dpd": ("tf_dp.reproductions.dpd_accounting", None),
-    "dpd_dropout_rates": ("tf_dp.reproductions.dpd_accounting",
-                          "dpd_dropout_rates"),
-    "dpd_epsilon": ("tf_dp.reproductions.dpd_accounting", "dpd_epsilon"),
-    "dpd_noise_multiplier": ("tf_dp.reproductions.dpd_accounting",
-                             "dpd_noise_multiplier"),
-})

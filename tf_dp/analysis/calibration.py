@@ -24,7 +24,7 @@ def _epsilon_fn(n, delta, sampling, conversion, accountant):
   """eps(batch_size, noise_multiplier, epochs) under one accountant."""
   accountant = privacy_lib.resolve_accountant(accountant,
                                               conversion=conversion)
-  sampling = pld_lib.canonical_sampling(sampling, stacklevel=5)
+  sampling = pld_lib.canonical_sampling(sampling)
 
   def eps(batch_size, noise_multiplier, epochs):
     return privacy_lib.compute_dp_sgd_privacy(

@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 
 
 def _expm1(x):
@@ -40,7 +39,6 @@ def advanced_composition(epsilon, delta, k, delta_prime):
   return eps_total, k * delta + delta_prime
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def amplify_by_poisson_sampling(epsilon, delta, sampling_probability):
   """Privacy amplification of an (eps, delta)-DP step by Poisson sampling.
 
@@ -102,7 +100,6 @@ def zcdp_rho_for_epsilon(epsilon, delta):
   return root * root
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def strong_composition_dp_sgd_epsilon(sampling_probability, noise_multiplier,
                                       steps, delta, first_order=True):
   """Epsilon of DP-SGD under the strong composition theorem (Abadi et al.).

@@ -44,9 +44,8 @@ def define_flags():
   flags.DEFINE_float("noise_multiplier", 1.1, "Noise stddev / clip norm.")
   flags.DEFINE_float("epochs", 60, "Number of epochs (may be fractional).")
   flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", "poisson", dp_sgd_privacy.SAMPLING_FLAG_VALUES,
-                    "How batches are drawn: poisson or fixed_size "
-                    "(without_replacement: old spelling, deprecated).")
+  flags.DEFINE_enum("sampling", "poisson", dp_sgd_privacy.SAMPLINGS,
+                    "How batches are drawn: poisson or fixed_size.")
   flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
                     "pld (default) or rdp.")
   flags.DEFINE_enum("conversion", None, list(conversion_lib.CONVERSIONS),

@@ -35,9 +35,8 @@ if __name__ == "__main__":
   flags.DEFINE_float("target_epsilon", 3.0, "Target epsilon.")
   flags.DEFINE_float("epochs", 60, "Number of epochs.")
   flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", "poisson", privacy_lib.SAMPLING_FLAG_VALUES,
-                    "How batches are drawn: poisson or fixed_size "
-                    "(without_replacement: old spelling, deprecated).")
+  flags.DEFINE_enum("sampling", "poisson", privacy_lib.SAMPLINGS,
+                    "How batches are drawn: poisson or fixed_size.")
   flags.DEFINE_enum("accountant", None, list(privacy_lib.ACCOUNTANTS),
                     "pld (default) or rdp.")
   app.run(main)

@@ -1,16 +1,10 @@
-"""Old names that keep working for one release, with a ``DeprecationWarning``.
-
-tf_dp uses one name per concept (README, "Vocabulary"). A name that was
-renamed keeps working for one release: keyword arguments
-(``renamed_keywords``), string values (``renamed_value``), dict keys
-(``RenamedKeysDict``), module attributes (``module_getattr``) and whole
-modules (``moved_module``). Each use warns once per call site with a
-``DeprecationWarning`` that names the new name, so the fix is a rename.
+"""Module-level redirects for the two ``tf_dp.keras`` modules that moved
+(``tf_dp.keras.compat``, ``tf_dp.keras.dpd``); each use warns with a
+``DeprecationWarning`` that names the new name.
 
 Pure Python: no TensorFlow.
 """
 
-import functools
 import importlib
 import warnings
 
@@ -21,60 +15,6 @@ def warn(old, new, what="name", stacklevel=3):
       f"The {what} {old!r} is deprecated and will be removed in the next "
       f"release of tf_dp; use {new!r} instead.", DeprecationWarning,
       stacklevel=stacklevel)
-
-
-def renamed_keywords(**old_to_new):
-  """Decorator: accepts each old keyword argument as its new name (warns).
-
-  Passing both the old and the new name is a ``TypeError``.
-
-  Example:
-    >>> @renamed_keywords(q="sampling_probability")
-    ... def compute(sampling_probability): ...
-  """
-  def decorate(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-      for old, new in old_to_new.items():
-        if old in kwargs:
-          if new in kwargs:
-            raise TypeError(f"{fn.__qualname__}() got both {new!r} and its "
-                            f"deprecated name {old!r}; pass {new!r} only.")
-          warn(old, new, "keyword argument")
-          kwargs[new] = kwargs.pop(old)
-      return fn(*args, **kwargs)
-    return wrapper
-  return decorate
-
-
-def renamed_value(name, value, old_to_new, stacklevel=4):
-  """``value``, or its new spelling if it is an old one (warns)."""
-  if isinstance(value, str) and value in old_to_new:
-    warn(f"{name}={value!r}", f"{name}={old_to_new[value]!r}", "value",
-         stacklevel=stacklevel)
-    return old_to_new[value]
-  return value
-
-
-class RenamedKeysDict(dict):
-  """A dict that also answers each old key with the new key's value (warns).
-
-  Only the new keys are stored (so ``json.dumps`` and ``==`` see them
-  only); reading ``d[old]`` warns and returns ``d[new]``.
-  """
-
-  # Class attribute: {old key: new key}; set by subclasses.
-  RENAMED = {}
-
-  def __missing__(self, key):
-    new = self.RENAMED.get(key)
-    if new is None or new not in self:
-      raise KeyError(key)
-    warn(key, new, "key", stacklevel=3)
-    return self[new]
-
-  def __reduce__(self):
-    return (type(self), (dict(self),))
 
 
 def module_getattr(module_name, moved):

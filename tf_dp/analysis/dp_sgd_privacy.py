@@ -13,14 +13,11 @@ import math
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import conversion as conversion_lib
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_fixed_size
 
 SAMPLINGS = pld_lib.SAMPLINGS
-# What the command lines accept for --sampling (old spellings warn).
-SAMPLING_FLAG_VALUES = list(SAMPLINGS) + list(pld_lib.RENAMED_SAMPLINGS)
 ACCOUNTANTS = ("pld", "rdp")
 DEFAULT_ACCOUNTANT = "pld"
 
@@ -54,7 +51,6 @@ def _check_run(n, batch_size, epochs):
   return n, batch_size, checks.check_epochs("epochs", epochs)
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def dp_sgd_rdp(sampling_probability, noise_multiplier, steps, orders,
                sampling):
   """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
@@ -85,8 +81,7 @@ def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
     noise_multiplier: Noise stddev divided by the clip norm.
     epochs: Passes over the data (may be fractional).
     delta: Target delta, in (0, 1); 1/n or smaller is customary.
-    sampling: ``"poisson"`` or ``"fixed_size"`` (the old spelling
-      ``"without_replacement"`` still works, with a DeprecationWarning).
+    sampling: ``"poisson"`` or ``"fixed_size"``.
     conversion: RDP only: ``"tight"`` (default) or ``"classic"``
       RDP-to-DP conversion.
     orders: RDP only: Renyi orders; the package default if None.

@@ -22,7 +22,6 @@ import math
 import numpy as np
 
 from tf_dp.analysis import conversion as conversion_lib
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import pld as pld_lib
@@ -73,7 +72,6 @@ def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
   return total
 
 
-@deprecation.renamed_keywords(conversion_method="conversion")
 def epsilon_of_runs(runs, delta, orders=None, conversion=None,
                     accountant=None):
   """``(epsilon, optimal_order)`` of ``(event, count)`` runs.

@@ -24,7 +24,6 @@ import math
 import warnings
 
 from tf_dp.analysis import allocation
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
 
@@ -39,23 +38,8 @@ class LedgerEvent(_LedgerEventFields):
   Fields: ``sampling`` (a ``ledger_schema.SAMPLING_KINDS`` entry),
   ``sampling_probability`` (q), ``noise_multiplier`` (eq. (1) of the
   sample's sum queries), ``population_size`` and ``examples_per_record``.
-  The old field name ``selection_probability`` still works for one release
-  (keyword and attribute), with a DeprecationWarning.
   """
   __slots__ = ()
-
-  @deprecation.renamed_keywords(selection_probability="sampling_probability")
-  def __new__(cls, sampling, sampling_probability, noise_multiplier,
-              population_size, examples_per_record):
-    return super().__new__(cls, sampling, sampling_probability,
-                           noise_multiplier, population_size,
-                           examples_per_record)
-
-  @property
-  def selection_probability(self):
-    deprecation.warn("LedgerEvent.selection_probability",
-                     "LedgerEvent.sampling_probability", "attribute")
-    return self.sampling_probability
 
 
 def _export(ledger):
@@ -174,7 +158,6 @@ def compute_rdp_from_ledger(ledger, orders=None):
   return event_accounting.rdp_of_runs(ledger_event_runs(ledger), orders)
 
 
-@deprecation.renamed_keywords(conversion_method="conversion")
 def compute_epsilon_from_ledger(ledger, delta, orders=None, conversion=None,
                                 accountant=None):
   """(epsilon, optimal_order) of everything recorded in ``ledger``.
@@ -186,8 +169,7 @@ def compute_epsilon_from_ledger(ledger, delta, orders=None, conversion=None,
     ledger: A ``PrivacyLedger``, its ``to_dict()`` export or that as JSON.
     delta: Target delta, in (0, 1).
     orders: RDP only: Renyi orders (the package default if None).
-    conversion: RDP only: ``"tight"`` (default) or ``"classic"``; the old
-      keyword ``conversion_method`` still works (DeprecationWarning).
+    conversion: RDP only: ``"tight"`` (default) or ``"classic"``.
     accountant: ``"pld"`` (privacy loss distributions, the tightest) or
       ``"rdp"``; None means ``"pld"`` unless ``orders`` or ``conversion``
       is given.

@@ -8,22 +8,14 @@ A ledger export is a JSON object. Two versions exist; both are read:
   ``{"format", "dropped_samples", "runs"}``, where each run is a sample
   entry plus ``"count"``: that many identical consecutive samples. A
   10^6-step run with constant hyperparameters is one run (~0.3 kB) instead
-  of ~10^6 entries (~200 MB). tf_dp versions from before version 2 refuse
-  a version-2 file (no ``"samples"`` key, unknown format) rather than
-  miscount it; version 1 is written on request
-  (``to_json(ledger_format=FORMAT_V1)``).
+  of ~10^6 entries (~200 MB).
 
 A sample entry has exactly these keys (``SAMPLE_KEYS``; the first four are
 the sampling event, ``SAMPLING_EVENT_KEYS``):
 
 * ``population_size``: integer n >= 1, the number of records;
 * ``sampling_probability``: q in [0, 1], the probability that a record is
-  in the sample (Poisson), or the sample size / n (fixed-size, shuffled).
-  Exports written before the vocabulary was unified name it
-  ``selection_probability``: that key is still read, with a
-  ``DeprecationWarning`` (``RENAMED_SAMPLE_KEYS``); tf_dp versions that
-  know only the old key refuse exports with the new one (unknown key)
-  rather than miscount them;
+  in the sample (Poisson), or the sample size / n (fixed-size, shuffled);
 * ``sampling``: one of ``SAMPLING_KINDS``:
   ``"poisson"`` (each record independently with probability q; add/remove
   neighbours), ``"fixed_size"`` (a uniformly random batch of q n records
@@ -48,7 +40,6 @@ import numbers
 import numpy as np
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
 FORMAT_V2 = "tf_dp.privacy_ledger/2"
@@ -69,8 +60,6 @@ SAMPLING_EVENT_KEYS = ("population_size", "sampling_probability", "sampling",
                        "examples_per_record")
 SAMPLE_KEYS = SAMPLING_EVENT_KEYS + ("sum_queries",)
 QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
-# Old key -> its one name; the old key is read with a DeprecationWarning.
-RENAMED_SAMPLE_KEYS = {"selection_probability": "sampling_probability"}
 
 # How one sample was drawn (fields may be tensors inside a TF graph).
 SamplingEvent = collections.namedtuple("SamplingEvent", SAMPLING_EVENT_KEYS)
@@ -79,12 +68,6 @@ SamplingEvent = collections.namedtuple("SamplingEvent", SAMPLING_EVENT_KEYS)
 Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
 # ``count`` identical consecutive samples.
 Run = collections.namedtuple("Run", ["sample", "count"])
-
-
-class SampleDict(deprecation.RenamedKeysDict):
-  """An exported sample entry; ``entry["selection_probability"]`` still
-  reads ``entry["sampling_probability"]`` (with a DeprecationWarning)."""
-  RENAMED = RENAMED_SAMPLE_KEYS
 
 
 def _int_at_least(where, value, low):
@@ -132,44 +115,16 @@ def check_query(raw, where):
           _real(f"{where}.noise_stddev", raw["noise_stddev"], 0, math.inf))
 
 
-def _renamed_keys(raw, where, renamed_seen):
-  """``{new key: the key used in raw}`` for the renamed sample keys.
-
-  An old key is noted in ``renamed_seen`` (a set) or, if that is None,
-  warned about at once; giving both the old and the new key is an error.
-  """
-  used = {}
-  for old, new in RENAMED_SAMPLE_KEYS.items():
-    if old in raw:
-      if new in raw:
-        raise ValueError(f"{where} has both {new!r} and its old name "
-                         f"{old!r}; keep {new!r} only.")
-      if renamed_seen is None:
-        deprecation.warn(old, new, "ledger key", stacklevel=4)
-      else:
-        renamed_seen.add(old)
-      used[new] = old
-  return used
-
-
-def check_sample(raw, where, extra_keys=(), renamed_seen=None):
+def check_sample(raw, where, extra_keys=()):
   """One sample entry as a validated ``Sample`` (see the module docstring).
 
-  ``examples_per_record`` may be missing (then 1), as in early version-1
-  exports. ``extra_keys`` are allowed and ignored (``"count"`` in runs).
-  An old key of ``RENAMED_SAMPLE_KEYS`` is read as its new name; it is
-  added to ``renamed_seen`` (a set, for one warning per export) or, if
-  that is None, warned about here (``DeprecationWarning``). Errors name a
-  field as it is spelled in ``raw``.
+  ``extra_keys`` are allowed and ignored (``"count"`` in runs).
   """
   if not isinstance(raw, dict):
     raise ValueError(f"{where} must be a dict with keys {SAMPLE_KEYS}; got "
                      f"{raw!r}.")
-  used = _renamed_keys(raw, where, renamed_seen)
-  key = lambda name: used.get(name, name)
-  unknown = sorted(set(raw) - {key(k) for k in SAMPLE_KEYS} - set(extra_keys))
-  missing = [key(k) for k in SAMPLE_KEYS
-             if key(k) not in raw and k != "examples_per_record"]
+  unknown = sorted(set(raw) - set(SAMPLE_KEYS) - set(extra_keys))
+  missing = [k for k in SAMPLE_KEYS if k not in raw]
   if unknown or missing:
     raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
                      f"{missing}, unknown {unknown}.")
@@ -179,13 +134,13 @@ def check_sample(raw, where, extra_keys=(), renamed_seen=None):
   queries = raw["sum_queries"]
   if not isinstance(queries, (list, tuple)):
     raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
-  q_key = key("sampling_probability")
   return Sample(
       _int_at_least(f"{where}.population_size", raw["population_size"], 1),
-      checks.check_probability(f"{where}.{q_key}", raw[q_key]),
+      checks.check_probability(f"{where}.sampling_probability",
+                               raw["sampling_probability"]),
       raw["sampling"],
       _int_at_least(f"{where}.examples_per_record",
-                    raw.get("examples_per_record", 1), 1),
+                    raw["examples_per_record"], 1),
       tuple(check_query(q, f"{where}.sum_queries[{j}]")
             for j, q in enumerate(queries)))
 
@@ -212,7 +167,7 @@ def merge_runs(runs):
   return out
 
 
-def _runs_from_v1_entries(entries, renamed_seen):
+def _runs_from_v1_entries(entries):
   """Runs of version-1 entries; an entry equal to the previous raw entry
   (a fast dict comparison) is not validated again."""
   runs, previous = [], None
@@ -220,7 +175,7 @@ def _runs_from_v1_entries(entries, renamed_seen):
     if runs and isinstance(raw, dict) and raw == previous:
       runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
       continue
-    sample = check_sample(raw, f"samples[{i}]", renamed_seen=renamed_seen)
+    sample = check_sample(raw, f"samples[{i}]")
     previous = raw
     if runs and runs[-1].sample == sample:
       runs[-1] = Run(sample, runs[-1].count + 1)
@@ -233,7 +188,7 @@ def _check_format(data):
   if not isinstance(data, dict):
     raise ValueError("A ledger export must be a dict (or its JSON) with a "
                      f"'format' key; got {type(data).__name__}.")
-  fmt = data.get("format", FORMAT_V1 if "samples" in data else None)
+  fmt = data.get("format")
   if fmt in READABLE_FORMATS:
     return fmt
   if isinstance(fmt, str) and fmt.startswith(_FORMAT_PREFIX):
@@ -255,10 +210,6 @@ def decode(data):
 
   Raises:
     ValueError: naming the first invalid field, its value and the fix.
-
-  Warns:
-    DeprecationWarning: once per old key of ``RENAMED_SAMPLE_KEYS`` in the
-      export (the export is read as if it used the new key).
   """
   fmt = _check_format(data)
   key = "samples" if fmt == FORMAT_V1 else "runs"
@@ -273,24 +224,19 @@ def decode(data):
   entries = data[key]
   if not isinstance(entries, list):
     raise ValueError(f"{key} must be a list; got {type(entries).__name__}.")
-  renamed_seen = set()
   if fmt == FORMAT_V1:
-    runs = _runs_from_v1_entries(entries, renamed_seen)
+    runs = _runs_from_v1_entries(entries)
   else:
     runs = merge_runs([
-        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",),
-                         renamed_seen=renamed_seen),
+        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",)),
             _int_at_least(f"runs[{i}].count", r.get("count"), 1))
         for i, r in enumerate(entries)])
-  for old in sorted(renamed_seen):
-    deprecation.warn(old, RENAMED_SAMPLE_KEYS[old], "ledger key",
-                     stacklevel=3)
   return runs, dropped
 
 
 def sample_to_dict(sample):
-  """A ``Sample`` as its (fresh) JSON-ready ``SampleDict``."""
-  entry = SampleDict(sample._asdict())
+  """A ``Sample`` as a (fresh) JSON-ready dict."""
+  entry = dict(sample._asdict())
   entry["sum_queries"] = [dict(zip(QUERY_KEYS, q))
                           for q in sample.sum_queries]
   return entry
@@ -405,7 +351,3 @@ def buffers_from_runs(runs):
   query_rows = np.column_stack([sample_of_query.astype(float),
                                 values[source].reshape(-1, len(QUERY_KEYS))])
   return sample_rows, query_rows.reshape(-1, len(QUERY_ROW))
-
-
-__getattr__ = deprecation.module_getattr(__name__, {
-    "WITHOUT_REPLACEMENT_KINDS": (__name__, "FIXED_SIZE_KINDS")})

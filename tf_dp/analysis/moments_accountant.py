@@ -21,7 +21,6 @@ import numpy as np
 from scipy import integrate
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 
 DEFAULT_MAX_LAMBDA = 64
 
@@ -41,7 +40,6 @@ def _integrate_log(log_f, lo, hi, points):
   return math.log(value) + shift
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def log_moment(sampling_probability, noise_multiplier, lam):
   """alpha(lambda) of one subsampled Gaussian step, by quadrature.
 
@@ -73,7 +71,6 @@ def log_moment(sampling_probability, noise_multiplier, lam):
   return max(log_e1, log_e2)
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def moments_accountant_epsilon(sampling_probability, noise_multiplier, steps,
                                delta, max_lambda=DEFAULT_MAX_LAMBDA):
   """Epsilon of ``steps`` DP-SGD steps by Abadi et al.'s moments accountant.

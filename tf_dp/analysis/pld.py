@@ -45,7 +45,6 @@ import dataclasses
 import math
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import pld_discrete
 from tf_dp.analysis import pld_gaussian
 
@@ -53,8 +52,6 @@ from tf_dp.analysis import pld_gaussian
 POISSON = "poisson"
 FIXED_SIZE = "fixed_size"
 SAMPLINGS = (POISSON, FIXED_SIZE)
-# Old spellings, accepted for one release with a DeprecationWarning.
-RENAMED_SAMPLINGS = {"without_replacement": FIXED_SIZE}
 
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 DEFAULT_TAIL_MASS = 1e-15
@@ -80,8 +77,7 @@ class GaussianEvent:
   noise_multiplier: float
 
   def __post_init__(self):
-    object.__setattr__(self, "sampling", canonical_sampling(
-        self.sampling, stacklevel=6))
+    object.__setattr__(self, "sampling", canonical_sampling(self.sampling))
     object.__setattr__(self, "sampling_probability", checks.
                        check_probability("sampling_probability",
                                          self.sampling_probability))
@@ -245,17 +241,12 @@ def coarsen_events(counts, max_distinct):
   return out
 
 
-def canonical_sampling(sampling, stacklevel=4):
-  """``sampling`` by its one name: ``"poisson"`` or ``"fixed_size"``.
-
-  The old spelling ``"without_replacement"`` is accepted with a
-  ``DeprecationWarning``.
+def canonical_sampling(sampling):
+  """``sampling``, checked: ``"poisson"`` or ``"fixed_size"``.
 
   Raises:
     ValueError: naming ``sampling`` if it is neither.
   """
-  sampling = deprecation.renamed_value("sampling", sampling,
-                                       RENAMED_SAMPLINGS, stacklevel)
   return checks.check_choice("sampling", sampling, SAMPLINGS)
 
 
@@ -266,7 +257,6 @@ def single_event_pld(direction, q, sigma, sens, h, tail_mass):
       pld_gaussian.privacy_profile(direction, q, sigma, sens), lo, hi, h)
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def dp_sgd_pld_epsilon(sampling_probability, noise_multiplier, steps, delta,
                        sampling=POISSON, value_discretization_interval=None):
   """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting.
@@ -278,7 +268,3 @@ def dp_sgd_pld_epsilon(sampling_probability, noise_multiplier, steps, delta,
   acc.compose(GaussianEvent(canonical_sampling(sampling),
                             sampling_probability, noise_multiplier), steps)
   return acc.get_epsilon(delta)
-
-
-__getattr__ = deprecation.module_getattr(__name__, {
-    "WITHOUT_REPLACEMENT": (__name__, "FIXED_SIZE")})

@@ -41,7 +41,6 @@ import numpy as np
 from scipy import special
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 
 # Orders used when the caller gives none: dense where DP-SGD optima usually
 # lie, sparse above, up to 1024 for very small epsilon.
@@ -231,7 +230,6 @@ def _orders_array(orders):
                              else orders)
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def compute_rdp(sampling_probability, noise_multiplier, steps, orders=None):
   """RDP of ``steps`` compositions of the Poisson-subsampled Gaussian.
 

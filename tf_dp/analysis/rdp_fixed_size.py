@@ -48,7 +48,6 @@ import numpy as np
 from scipy import special
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 
 _MAX_TIGHT_MOMENT = 258  # Theorem 27 terms for j <= 256 (X up to m = 258).
 _MOMENT_GRID_STEP = 0.05  # In standard-normal units: the integrand is entire.
@@ -114,7 +113,6 @@ def _cgf_int(gamma, mu, alpha):
   return min(float(special.logsumexp(terms)), base_cgf)
 
 
-@deprecation.renamed_keywords(q="sampling_probability")
 def compute_rdp_fixed_size(sampling_probability, noise_multiplier, steps,
                            orders=None):
   """RDP of ``steps`` Gaussian sums on fixed-size samples without replacement.
@@ -167,8 +165,3 @@ def compute_rdp_fixed_size(sampling_probability, noise_multiplier, steps,
       out[i] = ((hi - alpha) * c_lo + (alpha - lo) * c_hi) / (alpha - 1)
       out[i] = min(out[i], alpha * mu)
   return out * steps
-
-
-__getattr__ = deprecation.module_getattr(__name__, {
-    "compute_rdp_sample_without_replacement": (__name__,
-                                               "compute_rdp_fixed_size")})

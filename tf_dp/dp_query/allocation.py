@@ -14,8 +14,7 @@ Clipping (``clipping=``):
     ``S*/sqrt(d_g/D)``; that would make sum_g S_g^2 = S*^2 sum_g D/d_g, larger
     than the total bound S*, so we read it as S* sqrt(d_g/D), for which
     sum_g S_g^2 = S*^2 as for the other two strategies. (The paper gives
-    this one no name; its old name here, ``dimension_adjusted``, still
-    works for one release, with a DeprecationWarning.)
+    this one no name.)
 Noise (``noise=``; the stddev of the noise added to each group's sum):
   * ``proportional``: sigma_g = z sqrt(G) S_g.
   * ``dimensionality_adjusted``: sigma_g = z sqrt(D / d_g) S_g (the
@@ -32,7 +31,6 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 from tf_dp.analysis.allocation import effective_noise_multiplier  # pylint: disable=unused-import
 from tf_dp.dp_query import gaussian_query
 from tf_dp.dp_query import nested_query
@@ -40,14 +38,9 @@ from tf_dp.dp_query import normalized_query
 
 CLIPPING_STRATEGIES = ("flat", "per_layer", "dimensionality_adjusted")
 NOISE_STRATEGIES = ("proportional", "dimensionality_adjusted")
-# Old spellings, accepted for one release with a DeprecationWarning.
-RENAMED_CLIPPING_STRATEGIES = {"dimension_adjusted": "dimensionality_adjusted"}
 
 
 def _clipping_strategy(strategy):
-  strategy = deprecation.renamed_value("clipping", strategy,
-                                       RENAMED_CLIPPING_STRATEGIES,
-                                       stacklevel=5)
   return checks.check_choice("clipping strategy", strategy,
                              CLIPPING_STRATEGIES)
 

@@ -43,7 +43,6 @@ import warnings
 
 from tf_dp.analysis import calibration
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.keras import backend
 from tf_dp.keras.optimizer import DPOptimizer
@@ -53,14 +52,6 @@ CLIPPING_UNITS = ("per_example", "batch")
 SAMPLINGS = ("poisson", "fixed_size", "shuffled")
 DECAYS = ("epoch", "step")
 METHODS = ("rdp",) + dpd_accounting.METHODS
-
-
-class DPDInfo(deprecation.RenamedKeysDict):
-  """``make_dpd_optimizer``'s description of a run; the old keys
-  ``"sampling_rate"`` and ``"clipping"`` still read the new ones (with a
-  DeprecationWarning)."""
-  RENAMED = {"sampling_rate": "sampling_probability",
-             "clipping": "clipping_unit"}
 
 
 def dpd_iterations(population_size, batch_size, epochs, sampling):
@@ -151,7 +142,6 @@ def _calibrate(noise_multiplier, epsilon, delta, n, batch_size, iterations,
         noise_multiplier, delta, nu, iterations, method, as_published)
 
 
-@deprecation.renamed_keywords(clipping="clipping_unit")
 def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
                        learning_rate, noise_multiplier=None, epsilon=None,
                        delta=None, method="rdp", as_published=False,
@@ -188,8 +178,7 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
     as_published: Compose the paper's accounting over data passes, as its
       reported sigma values do (warns; the claimed epsilon does not hold).
     clipping_unit: ``"per_example"`` or ``"batch"``: what is clipped to C
-      as one record (see the module docstring). The old keyword
-      ``clipping`` still works, with a DeprecationWarning.
+      as one record (see the module docstring).
     sampling: ``"poisson"`` (train on ``tf_dp.data.poisson_sampled_batches(x,
       y, info["sampling_probability"], info["iterations"])`` in ONE Keras
       epoch), ``"fixed_size"`` (train on
@@ -240,12 +229,8 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
       population_size=n, sampling=sampling,
       sampling_probability=nu if sampling == "poisson" else None,
       max_lots=iterations + 10)
-  info = DPDInfo(sigma=sigma, iterations=iterations, sampling_probability=nu,
-                 claimed_epsilon=claimed, method=method,
-                 as_published=as_published, clipping_unit=clipping_unit,
-                 sampling=sampling, steps_per_pass=steps_per_pass)
+  info = dict(sigma=sigma, iterations=iterations, sampling_probability=nu,
+              claimed_epsilon=claimed, method=method,
+              as_published=as_published, clipping_unit=clipping_unit,
+              sampling=sampling, steps_per_pass=steps_per_pass)
   return optimizer, info
-
-
-__getattr__ = deprecation.module_getattr(__name__, {
-    "CLIPPINGS": (__name__, "CLIPPING_UNITS")})

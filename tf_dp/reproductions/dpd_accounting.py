@@ -48,7 +48,6 @@ import numpy as np
 from scipy import optimize
 
 from tf_dp.analysis import checks
-from tf_dp.analysis import deprecation
 from tf_dp.analysis import search
 
 METHODS = ("ac", "zcdp")
@@ -75,7 +74,6 @@ def _amplified_step(sigma, nu, delta_iter):
   return math.log1p(nu * math.expm1(min(eps_iter, 700.0))), nu * delta_iter
 
 
-@deprecation.renamed_keywords(sampling_rate="sampling_probability")
 def dpd_epsilon(noise_multiplier, delta, sampling_probability, iterations,
                 method="zcdp", as_published=False):
   """Epsilon that the paper's accounting gives for noise ``sigma``.
@@ -88,8 +86,7 @@ def dpd_epsilon(noise_multiplier, delta, sampling_probability, iterations,
     noise_multiplier: sigma: noise stddev / (2C), the L2 sensitivity.
     delta: Total delta in (0, 1).
     sampling_probability: nu = S / N, the probability that a record is in
-      an iteration's sample (the old keyword ``sampling_rate`` still works,
-      with a DeprecationWarning).
+      an iteration's sample.
     iterations: Number of iterations T performed.
     method: ``"ac"`` (DPD-AC) or ``"zcdp"`` (DPD-zCDP).
     as_published: Reproduce the paper's reported figures (warns).
@@ -122,7 +119,6 @@ def dpd_epsilon(noise_multiplier, delta, sampling_probability, iterations,
   return rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
-@deprecation.renamed_keywords(sampling_rate="sampling_probability")
 def dpd_noise_multiplier(epsilon, delta, sampling_probability, iterations,
                          method="zcdp", as_published=False):
   """The sigma at which ``dpd_epsilon`` equals ``epsilon``.
