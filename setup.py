@@ -28,5 +28,13 @@ setuptools.setup(
         "tutorials": ["matplotlib>=3.5", "scikit-learn>=1.2", "nbformat>=5",
                       "nbclient>=0.7", "ipykernel>=6"],
     },
+    entry_points={
+        "console_scripts": [
+            "tf_dp-compute-dp-sgd-privacy="
+            "tf_dp.cli.compute_dp_sgd_privacy:run",
+            "tf_dp-compute-noise-multiplier="
+            "tf_dp.cli.compute_noise_multiplier:run",
+        ],
+    },
     license="Apache-2.0",
 )

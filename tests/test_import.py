@@ -1,8 +1,11 @@
 """Importing tf_dp is lazy, and the accounting needs no TensorFlow."""
 
+import json
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 BLOCK_TF = textwrap.dedent("""
     import sys
@@ -45,3 +48,32 @@ def test_unknown_attribute_is_an_attribute_error():
   out = _run("import tf_dp\ntry:\n  tf_dp.nope\nexcept AttributeError as e:"
              "\n  print('ok', e)")
   assert out.stdout.startswith("ok"), out.stderr
+
+
+def test_no_module_shadows_a_function_of_tf_dp_analysis():
+  # Importing every module of tf_dp.analysis and tf_dp.cli (as a command
+  # line or another import would) leaves each public function a function.
+  out = _run(textwrap.dedent("""
+      import importlib, json, pkgutil
+      import tf_dp.analysis as analysis, tf_dp.cli as cli
+      before = {k: v for k, v in vars(analysis).items()
+                if callable(v) and not k.startswith('_')}
+      for package in (analysis, cli):
+        for info in pkgutil.iter_modules(package.__path__):
+          importlib.import_module(package.__name__ + '.' + info.name)
+      print(json.dumps({
+          'functions': len(before),
+          'shadowed': sorted(k for k, v in before.items()
+                             if vars(analysis)[k] is not v),
+          'eps': analysis.compute_dp_sgd_privacy(60000, 256, 1.1, 60,
+                                                 1e-5)[0],
+          'z': analysis.compute_noise_multiplier(60000, 256, 3.0, 60,
+                                                 1e-5)}))
+  """))
+  assert out.returncode == 0, out.stderr
+  result = json.loads(out.stdout)
+  assert result["shadowed"] == [] and result["functions"] > 20
+  assert round(result["eps"], 2) == 2.38
+  # test_calibration checks the search; this, that it still runs (the
+  # search's relative tolerance is 1e-3).
+  assert result["z"] == pytest.approx(0.96875, rel=1e-3)

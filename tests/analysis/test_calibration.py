@@ -1,8 +1,6 @@
 """Calibration under both accountants (PLD default, RDP on request)."""
 
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -67,14 +65,3 @@ def test_accountant_selection():
   with pytest.raises(ValueError, match="accountant"):
     analysis.compute_dp_sgd_privacy(N, 256, 1.1, 60, DELTA,
                                     accountant="moments")
-
-
-def test_command_line_accountant_flag():
-  out = subprocess.run(
-      [sys.executable, "-m", "tf_dp.analysis.compute_dp_sgd_privacy",
-       "--n=60000", "--batch_size=256", "--noise_multiplier=1.3",
-       "--epochs=3", "--delta=1e-5", "--accountant=pld"],
-      check=True, capture_output=True, text=True).stdout
-  assert "PLD accountant" in out and "accountant=pld" in out
-  value = float(out.split("epsilon=")[1].split()[0])
-  assert value == pytest.approx(eps(256, 1.3, 3, "pld"), rel=1e-5)

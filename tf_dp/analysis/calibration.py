@@ -6,7 +6,7 @@ the accountant finds the value that meets a target (epsilon, delta). Every
 result is conservative: the returned setting achieves an epsilon at or
 below the target by the chosen accountant (``"pld"`` by default, or
 ``"rdp"``; see ``dp_sgd_privacy``).
-The command-line form is ``python -m tf_dp.analysis.compute_noise_multiplier``.
+The command-line form is ``tf_dp-compute-noise-multiplier`` (``tf_dp.cli``).
 """
 
 import math

@@ -6,7 +6,7 @@ up to a grid spacing of 1e-4 in the privacy loss) and ``"rdp"`` (Renyi DP,
 ``tf_dp.analysis.rdp``: a looser upper bound, kept for comparison with
 published figures and for its orders / conversion options).
 
-The command-line form is ``python -m tf_dp.analysis.compute_dp_sgd_privacy``.
+The command-line form is ``tf_dp-compute-dp-sgd-privacy`` (``tf_dp.cli``).
 """
 
 import math

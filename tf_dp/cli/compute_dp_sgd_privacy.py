@@ -1,14 +1,18 @@
 r"""Command line: epsilon of a DP-SGD run.
 
-  python -m tf_dp.analysis.compute_dp_sgd_privacy --n=60000 --batch_size=256 \
+  tf_dp-compute-dp-sgd-privacy --n=60000 --batch_size=256 \
       --noise_multiplier=1.1 --epochs=60 --delta=1e-5 [--accountant=pld]
 
-prints epsilon (by the PLD accountant unless ``--accountant=rdp`` or
-``--conversion`` is given; with RDP also the Renyi order that achieved it).
-The library function is ``tf_dp.analysis.compute_dp_sgd_privacy``.
+(or ``python -m tf_dp.cli.compute_dp_sgd_privacy``) prints epsilon (by the
+PLD accountant unless ``--accountant=rdp`` or ``--conversion`` is given; with
+RDP also the Renyi order that achieved it). The library function is
+``tf_dp.analysis.compute_dp_sgd_privacy``.
 """
 
 import math
+
+from absl import app
+from absl import flags
 
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy
@@ -16,7 +20,6 @@ from tf_dp.analysis import dp_sgd_privacy
 
 def main(argv):
   del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
   f = flags.FLAGS
   accountant = dp_sgd_privacy.resolve_accountant(f.accountant,
                                                  conversion=f.conversion)
@@ -38,13 +41,12 @@ def main(argv):
 
 
 def define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
   flags.DEFINE_integer("n", 60000, "Number of training examples.")
   flags.DEFINE_integer("batch_size", 256, "Batch (lot) size.")
   flags.DEFINE_float("noise_multiplier", 1.1, "Noise stddev / clip norm.")
   flags.DEFINE_float("epochs", 60, "Number of epochs (may be fractional).")
   flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", "poisson", dp_sgd_privacy.SAMPLINGS,
+  flags.DEFINE_enum("sampling", "poisson", list(dp_sgd_privacy.SAMPLINGS),
                     "How batches are drawn: poisson or fixed_size.")
   flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
                     "pld (default) or rdp.")
@@ -53,7 +55,11 @@ def define_flags():
                     "given); giving it selects the RDP accountant.")
 
 
-if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
+def run():
+  """The console script: defines the flags and runs ``main``."""
   define_flags()
   app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,21 @@
+"""The command line ``tf_dp-compute-noise-multiplier`` prints the noise
+multiplier of ``tf_dp.analysis.compute_noise_multiplier``."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tf_dp import analysis
+
+
+def test_prints_the_calibrated_noise_multiplier():
+  out = subprocess.run(
+      [sys.executable, "-m", "tf_dp.cli.compute_noise_multiplier",
+       "--n=60000", "--batch_size=256", "--target_epsilon=3", "--epochs=60"],
+      check=True, capture_output=True, text=True).stdout
+  z = float(out.split("noise_multiplier=")[1].split()[0])
+  eps = float(out.split("epsilon=")[1].split()[0])
+  expected = analysis.compute_noise_multiplier(60000, 256, 3.0, 60, 1e-5)
+  assert z == pytest.approx(expected, abs=5e-5)  # printed to 4 decimals.
+  assert eps <= 3.0
