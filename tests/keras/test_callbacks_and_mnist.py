@@ -1,9 +1,11 @@
 """PrivacyBudget callback, Poisson training, and a real MNIST run."""
 
+import csv
 import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
@@ -28,6 +30,52 @@ def test_budget_logs_epsilon_each_epoch(K):
     expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
         64, 16, 2.0, epoch, 1e-5, sampling="fixed_size")
     assert value == pytest.approx(expected, rel=1e-5)
+
+
+def _tensorboard_scalars(logdir, tag):
+  """The values of scalar ``tag`` in TensorBoard's event files under
+  ``logdir``, in step order."""
+  values = {}
+  for path in tf.io.gfile.glob(f"{logdir}/**/events.out.tfevents.*"):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == tag:
+          values[event.step] = float(
+              tf.make_ndarray(value.tensor) if value.HasField("tensor")
+              else value.simple_value)
+  return [values[step] for step in sorted(values)]
+
+
+def _csv_column(path, name):
+  with open(path, newline="") as f:
+    return [float(row[name]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("logger", ["csv", "tensorboard"])
+@pytest.mark.parametrize("budget_first", [True, False])
+def test_epsilon_reaches_the_loggers_whatever_the_order(K, logger,
+                                                        budget_first,
+                                                        tmp_path):
+  # TensorBoard and CSVLogger read the epoch's logs in their own
+  # on_epoch_end: epsilon must be in them whatever the callbacks' order.
+  if logger == "tensorboard":
+    pytest.importorskip("tensorboard")
+    writer = K.callbacks.TensorBoard(str(tmp_path), write_graph=False,
+                                     profile_batch=0)
+  else:
+    writer = K.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+  x, y = helpers.make_data("dense", 64)
+  model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5)
+  callbacks = [budget, writer] if budget_first else [writer, budget]
+  model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=callbacks)
+  logged = (_tensorboard_scalars(str(tmp_path), "epoch_epsilon")
+            if logger == "tensorboard"
+            else _csv_column(tmp_path / "log.csv", "epsilon"))
+  assert logged == pytest.approx(budget.epsilons, rel=1e-6)
+  assert len(logged) == 2 and logged[0] < logged[1]
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -113,7 +113,8 @@ class PrivacyBudget(_Callback):
   Works with ``model.fit`` on Keras 3 and Keras 2 (it implements the
   callback interface itself). After each epoch ``logs["epsilon"]`` holds
   the epsilon of everything in the ledger (so it appears in the History and
-  in TensorBoard). With ``target_epsilon``, after every batch it checks
+  in TensorBoard, listed before or after this callback: ``make_private``'s
+  ``fit`` runs budgets before the other callbacks). With ``target_epsilon``, after every batch it checks
   whether one more lot (of the last recorded kind) would exceed the target
   and, if so, sets ``model.stop_training``; the DP step itself refuses to
   release a lot beyond the planned number, so epsilon never exceeds the
@@ -213,3 +214,23 @@ class PrivacyBudget(_Callback):
     if self.target_epsilon is not None:
       self._limit_lots()
 
+
+def with_tf_dp_callbacks(callbacks):
+  """The callbacks of a ``fit`` as ``make_private`` runs them.
+
+  A ``LotBoundaryGuard`` comes first, then every ``PrivacyBudget``, then
+  the user's other callbacks in their order: a logger (TensorBoard,
+  CSVLogger, History) reads the epoch's logs in its own ``on_epoch_end``,
+  so the budget must have written ``logs["epsilon"]`` before it runs,
+  whatever order the user listed them in.
+
+  Args:
+    callbacks: The ``callbacks`` given to ``fit`` (a list, or None).
+
+  Returns:
+    A new list.
+  """
+  callbacks = list(callbacks or [])
+  budgets = [c for c in callbacks if isinstance(c, PrivacyBudget)]
+  others = [c for c in callbacks if not isinstance(c, PrivacyBudget)]
+  return [LotBoundaryGuard()] + budgets + others

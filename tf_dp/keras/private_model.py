@@ -347,9 +347,8 @@ def _dp_fit(self, *args, **kwargs):
   try:
     _build_on_first_batch(self, args, kwargs)
     _self_check(self, args, kwargs)
-    callbacks = kwargs.pop("callbacks", None)
-    callbacks = list(callbacks or [])
-    callbacks.insert(0, callbacks_lib.LotBoundaryGuard())
+    callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
+                                                             None))
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
   finally:
     if inferred:  # That n was this fit's only.
