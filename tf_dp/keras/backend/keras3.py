@@ -159,8 +159,33 @@ def loss_container(model):
   return getattr(model, "_compile_loss", None)
 
 
+class _Built(Exception):
+  """Raised by ``build_loss_container`` once the container is built."""
+
+
 def build_loss_container(container, y_true, y_pred):
-  """Builds the container for these labels and predictions, once."""
+  """Builds the container for these labels and predictions, once.
+
+  Keras builds it inside ``call``, after matching the labels' structure to
+  the outputs' (labels given as a dict by output name for a list of
+  outputs, for example); ``call`` runs on a view whose ``build`` builds the
+  container and stops there, so that it is built from the same matched
+  structures and computes nothing.
+  """
+  if getattr(container, "built", False):
+    return
+  view = object.__new__(type(container))
+  view.__dict__.update(container.__dict__)
+
+  def build(matched_y_true, matched_y_pred):
+    container.build(matched_y_true, matched_y_pred)
+    raise _Built()
+
+  view.build = build
+  try:
+    view.call(y_true, y_pred)
+  except _Built:
+    pass
   if not getattr(container, "built", False):
     container.build(y_true, y_pred)
 
@@ -183,17 +208,37 @@ class _Rescaled:
     return self._loss_fn(*args, **kwargs) * self._factor
 
 
+class _Untracked:
+  """Stands in for one output's loss tracker: records nothing, counts the
+  values it was offered."""
+
+  def __init__(self):
+    self.calls = 0
+
+  def update_state(self, *args, **kwargs):
+    del args, kwargs
+    self.calls += 1
+
+
 def batch_of_one_loss(container):
   """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
 
   A private view of the ``CompileLoss`` container with the same structure
-  handling and loss weights, but without its per-output loss trackers and
-  with its per-replica scaling of each mean loss undone (the DP step sums
-  clipped records across replicas itself).
+  handling and loss weights (every output's loss, weighted and summed), but
+  whose per-output loss trackers record nothing, and with its per-replica
+  scaling of each mean loss undone (the DP step sums clipped records across
+  replicas itself).
+
+  Raises:
+    RuntimeError: if the container computed fewer losses than it holds
+      (a Keras version whose ``CompileLoss`` this adapter does not know).
   """
   view = object.__new__(type(container))
   view.__dict__.update(container.__dict__)
-  view.__dict__["_metrics"] = []
+  # ``call`` pairs each loss with a tracker (zip): one per loss, or the
+  # losses past the first are dropped.
+  trackers = [_Untracked() for _ in container._flat_losses]  # pylint: disable=protected-access
+  view.__dict__["_metrics"] = trackers
   replicas = tf.distribute.get_strategy().num_replicas_in_sync
   if replicas > 1:
     flat = []
@@ -203,7 +248,20 @@ def batch_of_one_loss(container):
         loss_fn = _Rescaled(loss_fn, float(replicas))
       flat.append(type(entry)(entry[0], loss_fn, *entry[2:]))
     view.__dict__["_flat_losses"] = flat
-  return view.call
+
+  def loss(y_true, y_pred, sample_weight=None):
+    for tracker in trackers:
+      tracker.calls = 0
+    value = view.call(y_true, y_pred, sample_weight)
+    computed = sum(tracker.calls for tracker in trackers)
+    if tf.nest.is_nested(y_pred) and computed != len(trackers):
+      raise RuntimeError(
+          f"tf_dp read {computed} of the {len(trackers)} compiled losses "
+          f"from Keras {module().__version__}'s CompileLoss; training would "
+          f"drop the others. Please report this Keras version to tf_dp.")
+    return value
+
+  return loss
 
 
 def output_mask(tensor):
