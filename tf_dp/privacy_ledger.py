@@ -27,6 +27,7 @@ from tf_dp.analysis import checks
 from tf_dp.analysis import ledger_schema
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
+from tf_dp.sampling import Sampling
 
 SamplingEvent = ledger_schema.SamplingEvent
 
@@ -48,8 +49,7 @@ def _check_sampling_event(event):
   if not isinstance(event, SamplingEvent):
     raise TypeError(f"sampling_event must be a "
                     f"tf_dp.privacy_ledger.SamplingEvent; got {event!r}.")
-  checks.check_choice("sampling_event.sampling", event.sampling,
-                      ledger_schema.SAMPLING_KINDS)
+  Sampling.check("sampling_event.sampling", event.sampling)
   if not tf.is_tensor(event.population_size):
     checks.check_positive_int("sampling_event.population_size",
                               event.population_size)
@@ -90,13 +90,14 @@ class PrivacyLedger(tf.Module):
   """
 
   def __init__(self, population_size, sampling_probability,
-               sampling="poisson", examples_per_record=1, max_samples=100000,
+               sampling=Sampling.POISSON, examples_per_record=1,
+               max_samples=100000,
                max_queries_per_sample=4, name="privacy_ledger"):
     super().__init__(name=name)
     population_size = _check_population_size(population_size)
     sampling_probability = checks.check_probability("sampling_probability",
                                                     sampling_probability)
-    checks.check_choice("sampling", sampling, ledger_schema.SAMPLING_KINDS)
+    Sampling.check("sampling", sampling)
     examples_per_record = checks.check_positive_int("examples_per_record",
                                                     examples_per_record)
     self._max_samples = checks.check_positive_int("max_samples", max_samples,
@@ -161,7 +162,8 @@ class PrivacyLedger(tf.Module):
     if population_size is not None:
       population_size = _check_population_size(population_size)
       old = float(self.population_size.numpy())
-      if sampling_probability is None and self.sampling != "poisson":
+      if (sampling_probability is None
+          and self.sampling is not Sampling.POISSON):
         self.sampling_probability.assign(
             min(1.0, float(self.sampling_probability.numpy()) * old
                 / population_size))
@@ -178,7 +180,7 @@ class PrivacyLedger(tf.Module):
     if sample_size is not None:
       is_poisson = tf.equal(
           self._sampling_code,
-          float(ledger_schema.sampling_code(ledger_schema.POISSON)))
+          float(ledger_schema.sampling_code(Sampling.POISSON)))
       q = tf.where(is_poisson, q, tf.minimum(
           tf.cast(sample_size, tf.float64) / self.population_size, 1.0))
     per_record = self.examples_per_record.read_value()
@@ -355,7 +357,7 @@ class PrivacyLedger(tf.Module):
     query_rows = query_rows[query_rows[:, 0] < kept]
     per_sample = max([len(r.sample.sum_queries) for r in runs] + [1])
     last = runs[-1].sample if runs else ledger_schema.Sample(
-        1, 0.0, ledger_schema.POISSON, 1, ())
+        1, 0.0, Sampling.POISSON, 1, ())
     ledger = cls(last.population_size, last.sampling_probability,
                  last.sampling, last.examples_per_record,
                  max_samples=capacity, max_queries_per_sample=per_sample)

@@ -16,8 +16,8 @@ from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_fixed_size
+from tf_dp.sampling import Sampling
 
-SAMPLINGS = pld_lib.SAMPLINGS
 ACCOUNTANTS = ("pld", "rdp")
 DEFAULT_ACCOUNTANT = "pld"
 
@@ -55,7 +55,7 @@ def dp_sgd_rdp(sampling_probability, noise_multiplier, steps, orders,
                sampling):
   """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
   sampling = pld_lib.canonical_sampling(sampling)
-  if sampling == "poisson":
+  if sampling is Sampling.POISSON:
     return rdp_lib.compute_rdp(sampling_probability, noise_multiplier, steps,
                                orders)
   return rdp_fixed_size.compute_rdp_fixed_size(

@@ -23,10 +23,10 @@ import numpy as np
 
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
-from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_fixed_size
+from tf_dp.sampling import Sampling
 
 # Above this many distinct (sampling, q, sigma) events both accountants
 # merge them into pessimistic classes (``pld.coarsen_events``): a 0.5% grid
@@ -38,12 +38,11 @@ def gaussian_event_counts(runs):
   """``Counter`` of ``pld.GaussianEvent`` -> steps (no-ops dropped)."""
   counts = collections.Counter()
   for e, count in runs:
-    if e.sampling == "poisson" and e.examples_per_record > 1:
+    sampling = Sampling.check("sampling", e.sampling).accounted_as
+    if sampling is Sampling.POISSON and e.examples_per_record > 1:
       raise ValueError(
           "The ledger records Poisson sampling with microbatches as records; "
           "use fixed-size batches (sampling='fixed_size') with microbatches.")
-    sampling = (pld_lib.POISSON if e.sampling == ledger_schema.POISSON
-                else pld_lib.FIXED_SIZE)  # "shuffled" is accounted so.
     event = pld_lib.GaussianEvent(sampling, e.sampling_probability,
                                   e.noise_multiplier)
     if count and not event.is_noop:
@@ -63,7 +62,7 @@ def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
     q, z = e.sampling_probability, e.noise_multiplier
     if z == 0:
       return np.full(len(orders), np.inf)
-    if e.sampling == "poisson":
+    if e.sampling is Sampling.POISSON:
       poisson.append((q, z, n))
     else:
       total += rdp_fixed_size.compute_rdp_fixed_size(q, z, n, orders)

@@ -26,6 +26,7 @@ import warnings
 from tf_dp.analysis import allocation
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
+from tf_dp.sampling import Sampling
 
 _LedgerEventFields = collections.namedtuple(
     "LedgerEvent", ["sampling", "sampling_probability", "noise_multiplier",
@@ -35,7 +36,7 @@ _LedgerEventFields = collections.namedtuple(
 class LedgerEvent(_LedgerEventFields):
   """One recorded sample as an accounting event (plain, immutable values).
 
-  Fields: ``sampling`` (a ``ledger_schema.SAMPLING_KINDS`` entry),
+  Fields: ``sampling`` (a ``tf_dp.sampling.Sampling``),
   ``sampling_probability`` (q), ``noise_multiplier`` (eq. (1) of the
   sample's sum queries), ``population_size`` and ``examples_per_record``.
   """
@@ -128,7 +129,7 @@ def ledger_event_runs(ledger):
       out[-1] = (event, out[-1][1] + count)
     else:
       out.append((event, count))
-  if any(e.sampling == ledger_schema.SHUFFLED for e, _ in out):
+  if any(e.sampling == Sampling.SHUFFLED for e, _ in out):
     warnings.warn(_SHUFFLED_WARNING, UserWarning, stacklevel=3)
   return out
 
@@ -200,7 +201,7 @@ def to_dp_accounting_events(ledger):
   for e, count in ledger_event_runs(ledger):
     if math.isinf(e.noise_multiplier) or count == 0:
       continue
-    if e.sampling == ledger_schema.POISSON:
+    if e.sampling == Sampling.POISSON:
       event = dp_accounting.PoissonSampledDpEvent(
           e.sampling_probability,
           dp_accounting.GaussianDpEvent(e.noise_multiplier))

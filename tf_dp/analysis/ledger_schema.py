@@ -16,14 +16,9 @@ the sampling event, ``SAMPLING_EVENT_KEYS``):
 * ``population_size``: integer n >= 1, the number of records;
 * ``sampling_probability``: q in [0, 1], the probability that a record is
   in the sample (Poisson), or the sample size / n (fixed-size, shuffled);
-* ``sampling``: one of ``SAMPLING_KINDS``:
-  ``"poisson"`` (each record independently with probability q; add/remove
-  neighbours), ``"fixed_size"`` (a uniformly random batch of q n records
-  without replacement; replace-one neighbours) or ``"shuffled"`` (batches
-  of a shuffled pass over the data, as Keras ``fit(shuffle=True)`` draws
-  them: accounted like ``"fixed_size"``, which is the conventional
-  approximation, not a proven guarantee; Chua et al. 2024, "How Private are
-  DP-SGD Implementations?");
+* ``sampling``: a ``tf_dp.sampling.Sampling`` value, ``"poisson"``,
+  ``"fixed_size"`` or ``"shuffled"`` (what each means, and how
+  ``"shuffled"`` is accounted, is said there);
 * ``examples_per_record``: integer >= 1 (the microbatch size, or 1);
 * ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0.
 
@@ -40,6 +35,7 @@ import numbers
 import numpy as np
 
 from tf_dp.analysis import checks
+from tf_dp.sampling import Sampling
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
 FORMAT_V2 = "tf_dp.privacy_ledger/2"
@@ -47,14 +43,8 @@ CURRENT_FORMAT = FORMAT_V2
 READABLE_FORMATS = (FORMAT_V1, FORMAT_V2)
 _FORMAT_PREFIX = "tf_dp.privacy_ledger/"
 
-POISSON = "poisson"
-FIXED_SIZE = "fixed_size"
-SHUFFLED = "shuffled"
-# The order is the sampling code stored in PrivacyLedger buffers and
-# checkpoints: never reorder, only append.
-SAMPLING_KINDS = (POISSON, FIXED_SIZE, SHUFFLED)
-# Accounted as fixed-size sampling (without replacement, replace-one).
-FIXED_SIZE_KINDS = (FIXED_SIZE, SHUFFLED)
+# The buffer code of a kind is its index here (the enum's order).
+_KINDS = tuple(Sampling)
 
 SAMPLING_EVENT_KEYS = ("population_size", "sampling_probability", "sampling",
                        "examples_per_record")
@@ -81,24 +71,21 @@ def _real(where, value, low, high):
 
 
 def sampling_code(kind):
-  """The buffer code of a sampling kind (its index in SAMPLING_KINDS).
+  """The buffer code of a sampling kind (its index in ``Sampling``).
 
-  ``kind`` is a Python string (the sampling is static in a TF graph).
+  ``kind`` is a Python value (the sampling is static in a TF graph).
   """
-  if kind not in SAMPLING_KINDS:
-    raise ValueError(f"sampling must be one of {SAMPLING_KINDS}; got "
-                     f"{kind!r}.")
-  return SAMPLING_KINDS.index(kind)
+  return _KINDS.index(Sampling.check("sampling", kind))
 
 
 def sampling_kind(code, where="sampling code"):
   """The sampling kind of a buffer code (a float or int index)."""
   if (isinstance(code, bool) or not isinstance(code, numbers.Real)
       or math.isnan(code) or float(code) != int(code)
-      or not 0 <= int(code) < len(SAMPLING_KINDS)):
-    raise ValueError(f"{where} must be an index into {SAMPLING_KINDS}; got "
+      or not 0 <= int(code) < len(_KINDS)):
+    raise ValueError(f"{where} must be an index into {_KINDS}; got "
                      f"{code!r}.")
-  return SAMPLING_KINDS[int(code)]
+  return _KINDS[int(code)]
 
 
 def check_query(raw, where):
@@ -128,9 +115,6 @@ def check_sample(raw, where, extra_keys=()):
   if unknown or missing:
     raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
                      f"{missing}, unknown {unknown}.")
-  if raw["sampling"] not in SAMPLING_KINDS:
-    raise ValueError(f"{where}.sampling must be one of {SAMPLING_KINDS}; "
-                     f"got {raw['sampling']!r}.")
   queries = raw["sum_queries"]
   if not isinstance(queries, (list, tuple)):
     raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
@@ -138,7 +122,7 @@ def check_sample(raw, where, extra_keys=()):
       _int_at_least(f"{where}.population_size", raw["population_size"], 1),
       checks.check_probability(f"{where}.sampling_probability",
                                raw["sampling_probability"]),
-      raw["sampling"],
+      Sampling.check(f"{where}.sampling", raw["sampling"]),
       _int_at_least(f"{where}.examples_per_record",
                     raw["examples_per_record"], 1),
       tuple(check_query(q, f"{where}.sum_queries[{j}]")

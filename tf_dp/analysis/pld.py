@@ -47,11 +47,9 @@ import math
 from tf_dp.analysis import checks
 from tf_dp.analysis import pld_discrete
 from tf_dp.analysis import pld_gaussian
+from tf_dp.sampling import ACCOUNTED
+from tf_dp.sampling import Sampling
 
-# The sampling schemes the accountants know, by their one name each.
-POISSON = "poisson"
-FIXED_SIZE = "fixed_size"
-SAMPLINGS = (POISSON, FIXED_SIZE)
 
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 DEFAULT_TAIL_MASS = 1e-15
@@ -177,7 +175,7 @@ class PLDAccountant:
     counts = coarsen_events(self._counts, self._max_distinct)
     for event, count in counts.items():
       q, sigma = event.sampling_probability, event.noise_multiplier
-      if event.sampling == POISSON:
+      if event.sampling is Sampling.POISSON:
         for direction in tracks:
           tracks[direction].append((single_event_pld(
               direction, q, sigma, 1.0, h, self._tail), count))
@@ -185,7 +183,7 @@ class PLDAccountant:
         pld = single_event_pld("symmetric", q, sigma, 2.0, h, self._tail)
         for direction in tracks:
           tracks[direction].append((pld, count))
-    if all(e.sampling != POISSON for e in counts):
+    if all(e.sampling is not Sampling.POISSON for e in counts):
       del tracks["add"]  # Symmetric events only: both orderings agree.
     return [pld_discrete.compose_all(plds, self._tail, h)
             for plds in tracks.values()]
@@ -221,7 +219,7 @@ def coarsen_events(counts, max_distinct):
   if not max_distinct or len(counts) <= max_distinct:
     return counts
   out = collections.Counter()
-  for sampling in SAMPLINGS:
+  for sampling in ACCOUNTED:
     events = {e: c for e, c in counts.items() if e.sampling == sampling}
     if not events:
       continue
@@ -247,7 +245,7 @@ def canonical_sampling(sampling):
   Raises:
     ValueError: naming ``sampling`` if it is neither.
   """
-  return checks.check_choice("sampling", sampling, SAMPLINGS)
+  return Sampling.check("sampling", sampling, ACCOUNTED)
 
 
 def single_event_pld(direction, q, sigma, sens, h, tail_mass):
@@ -258,7 +256,7 @@ def single_event_pld(direction, q, sigma, sens, h, tail_mass):
 
 
 def dp_sgd_pld_epsilon(sampling_probability, noise_multiplier, steps, delta,
-                       sampling=POISSON, value_discretization_interval=None):
+                       sampling=Sampling.POISSON, value_discretization_interval=None):
   """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting.
 
   Privacy contract: as ``PLDAccountant`` for ``steps`` repetitions of

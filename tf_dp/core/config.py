@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
+from tf_dp.sampling import Sampling
 
-SAMPLINGS = ("shuffled", "fixed_size", "poisson")
 PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
 
 POPULATION_SIZE_REQUIRED = (
@@ -43,7 +43,7 @@ class DPConfig:
   population_size: Optional[int] = None
   # True only while the fit that inferred population_size runs.
   population_size_inferred: bool = False
-  sampling: str = "shuffled"
+  sampling: Sampling = Sampling.SHUFFLED
   sampling_probability: Optional[float] = None
   clipping: str = "flat"
   noise_allocation: str = "proportional"
@@ -107,9 +107,7 @@ class DPConfig:
     if self.per_example_method not in PER_EXAMPLE_METHODS:
       raise ValueError(f"per_example_method must be one of "
                        f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
-    if self.sampling not in SAMPLINGS:
-      raise ValueError(f"sampling must be one of {SAMPLINGS}; got "
-                       f"{self.sampling!r}.")
+    self.sampling = Sampling.check("sampling", self.sampling)
     if self.ledger is not None:
       if not isinstance(self.ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a tf_dp.PrivacyLedger; got "
@@ -126,7 +124,7 @@ class DPConfig:
           f"population_size must be the number of training examples (an "
           f"integer >= 1); got {self.population_size!r}. tf_dp needs it to "
           f"account privacy: DPOptimizer(..., population_size=len(x_train)).")
-    if self.sampling == "poisson":
+    if self.sampling is Sampling.POISSON:
       if self.sampling_probability is None or not (
           0 < self.sampling_probability <= 1):
         raise ValueError(
@@ -157,7 +155,7 @@ class DPConfig:
           f"records n = {ledger_n}. Pass the ledger alone (its n is used) or "
           f"a ledger built with PrivacyLedger({self.population_size}, ...).")
     self.population_size = ledger_n
-    if self.sampling == "shuffled":
+    if self.sampling is Sampling.SHUFFLED:
       self.sampling = ledger.sampling
     elif self.sampling != ledger.sampling:
       raise ValueError(
@@ -165,14 +163,14 @@ class DPConfig:
           f"sampling={ledger.sampling!r}. Pass the sampling the lots are "
           f"really drawn with to both, or leave sampling out to use the "
           f"ledger's.")
-    if self.sampling == "poisson" and self.sampling_probability is None:
+    if self.sampling is Sampling.POISSON and self.sampling_probability is None:
       self.sampling_probability = float(ledger.sampling_probability.numpy())
 
   def population_size_deferred(self):
     """Whether ``population_size`` may come later, from the length of the
     arrays given to ``fit`` (shuffled sampling, the optimizer's own
     ledger)."""
-    return (self.sampling == "shuffled" and self.ledger is None
+    return (self.sampling is Sampling.SHUFFLED and self.ledger is None
             and not isinstance(self.dp_query, QueryWithLedger))
 
   def to_dict(self):
@@ -181,6 +179,7 @@ class DPConfig:
     out = dataclasses.asdict(self)
     if out["population_size_inferred"]:
       out["population_size"], out["population_size_inferred"] = None, False
+    out["sampling"] = self.sampling.value
     for key in ("dp_query", "ledger"):
       if out[key] is not None:
         raise ValueError(f"A DPOptimizer with a custom {key} cannot be "

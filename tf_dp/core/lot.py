@@ -24,6 +24,7 @@ from tf_dp.dp_query import allocation
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 from tf_dp.privacy_ledger import SamplingEvent
+from tf_dp.sampling import Sampling
 
 GLOBAL_STATE_NAME = "dp_global_state"
 
@@ -107,7 +108,7 @@ def denominator(config, ledger, records):
   ledger's n: public constants, so the size actually drawn stays private);
   otherwise the lot's number of ``records``.
   """
-  if config.sampling == "poisson":
+  if config.sampling is Sampling.POISSON:
     n = tf.cast(ledger.population_size, tf.float32)
     return tf.constant(config.sampling_probability, tf.float32) * n
   return tf.cast(records, tf.float32)
@@ -136,7 +137,7 @@ def sampling_event(config, ledger, records, examples):
   """
   n = tf.cast(ledger.population_size, tf.float64)
   examples = tf.cast(examples, tf.float64)
-  if config.sampling == "poisson":
+  if config.sampling is Sampling.POISSON:
     q = tf.constant(config.sampling_probability, tf.float64)
   else:
     q = tf.minimum(examples / n, 1.0)

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.data import lots
+from tf_dp.sampling import Sampling
 
 
 def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
@@ -44,4 +45,4 @@ def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
                      f"got {lot}.")
   choose = lambda draws: (tf.math.top_k(draws, lot).indices, None)
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
-                          stream=1, sampling="fixed_size")
+                          stream=1, sampling=Sampling.FIXED_SIZE)

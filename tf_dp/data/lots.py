@@ -21,13 +21,14 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
+from tf_dp.sampling import Sampling
 
 
 # The attribute of a ``tf.data.Dataset`` that holds its ``DeclaredSampling``.
 _MARK = "_tf_dp_declared_sampling"
 
 # The samplings a mark may declare: those whose lots Keras cannot draw.
-DECLARABLE_SAMPLINGS = ("poisson", "fixed_size")
+DECLARABLE_SAMPLINGS = (Sampling.POISSON, Sampling.FIXED_SIZE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +97,13 @@ def declare_sampling(dataset, sampling, sampling_probability=None,
         f"dataset must be a tf.data.Dataset of the lots' batches; got "
         f"{type(dataset).__name__}. Build one with tf.data.Dataset."
         f"from_tensor_slices(...).batch(...) or use a tf_dp.data sampler.")
-  if sampling not in DECLARABLE_SAMPLINGS:
+  if not (isinstance(sampling, str) and sampling in DECLARABLE_SAMPLINGS):
     raise ValueError(
         f"sampling must be one of {DECLARABLE_SAMPLINGS}; got {sampling!r}."
         f" Lots Keras draws itself (arrays given to fit) need no "
         f"declaration: train them with DPOptimizer(sampling=\"shuffled\").")
-  if sampling == "poisson":
+  sampling = Sampling(sampling)
+  if sampling is Sampling.POISSON:
     sampling_probability = checks.check_real(
         "sampling_probability", sampling_probability, low=0.0, high=1.0,
         low_open=True)

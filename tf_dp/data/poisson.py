@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.data import lots
+from tf_dp.sampling import Sampling
 
 
 def default_max_batch_size(n, q):
@@ -79,5 +80,5 @@ def poisson_sampled_batches(x, y, sampling_probability, num_steps,
     return index, weight
 
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
-                          stream=0, sampling="poisson",
+                          stream=0, sampling=Sampling.POISSON,
                           sampling_probability=sampling_probability)

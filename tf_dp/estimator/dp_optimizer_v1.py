@@ -34,6 +34,7 @@ from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
 from tf_dp.core import vectorized
 from tf_dp.privacy_ledger import QueryWithLedger
+from tf_dp.sampling import Sampling
 
 LEDGER_NAME = "tf_dp_privacy_ledger"
 
@@ -73,8 +74,9 @@ class _DPMixin:
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,
-               num_microbatches=None, dp_query=None, sampling="fixed_size",
-               sampling_probability=None, **kwargs):
+               num_microbatches=None, dp_query=None,
+               sampling=Sampling.FIXED_SIZE, sampling_probability=None,
+               **kwargs):
     super().__init__(*args, **kwargs)
     if population_size is None:
       raise ValueError("population_size is required by the Estimator "

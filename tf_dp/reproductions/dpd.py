@@ -47,9 +47,9 @@ from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.keras import backend
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.reproductions import dpd_accounting
+from tf_dp.sampling import Sampling
 
 CLIPPING_UNITS = ("per_example", "batch")
-SAMPLINGS = ("poisson", "fixed_size", "shuffled")
 DECAYS = ("epoch", "step")
 METHODS = ("rdp",) + dpd_accounting.METHODS
 
@@ -57,7 +57,7 @@ METHODS = ("rdp",) + dpd_accounting.METHODS
 def dpd_iterations(population_size, batch_size, epochs, sampling):
   """Iterations T of a DPD run: ``round(E / nu)`` Poisson samples, or Keras's
   ``E * ceil(N / S)`` fixed-size batches (the last one of each pass short)."""
-  if sampling == "poisson":
+  if sampling == Sampling.POISSON:
     return max(1, int(round(epochs * population_size / batch_size)))
   return int(math.ceil(epochs)) * int(math.ceil(population_size / batch_size))
 
@@ -75,9 +75,8 @@ def _accountant_run(population_size, batch_size, iterations, sampling):
   ceil(epochs * N / S) steps, so a fractional number of epochs is passed.
   Shuffled batches are accounted as fixed-size samples, as the ledger's
   accountant does."""
-  if sampling == "shuffled":
-    sampling = "fixed_size"
-  return iterations * batch_size / population_size, sampling
+  return (iterations * batch_size / population_size,
+          Sampling(sampling).accounted_as)
 
 
 def _rdp_sigma(epsilon, delta, population_size, batch_size, iterations,
@@ -104,10 +103,11 @@ def _rdp_epsilon(sigma, delta, population_size, batch_size, iterations,
 
 def _check_choices(as_published, **kwargs):
   allowed = {"method": METHODS, "clipping_unit": CLIPPING_UNITS,
-             "sampling": SAMPLINGS, "learning_rate_decay": DECAYS}
+             "sampling": tuple(Sampling), "learning_rate_decay": DECAYS}
   for name, value in kwargs.items():
     checks.check_choice(name, value, allowed[name])
-  if kwargs["clipping_unit"] == "batch" and kwargs["sampling"] == "poisson":
+  if (kwargs["clipping_unit"] == "batch"
+      and kwargs["sampling"] == Sampling.POISSON):
     raise ValueError(
         "clipping_unit='batch' needs sampling='fixed_size' (or "
         "'shuffled'): a batch clipped as a whole is one record, and Poisson "
@@ -145,7 +145,7 @@ def _calibrate(noise_multiplier, epsilon, delta, n, batch_size, iterations,
 def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
                        learning_rate, noise_multiplier=None, epsilon=None,
                        delta=None, method="rdp", as_published=False,
-                       clipping_unit="per_example", sampling="poisson",
+                       clipping_unit="per_example", sampling=Sampling.POISSON,
                        learning_rate_decay="epoch", keras=None):
   """A DPD optimizer and a description of its privacy.
 
@@ -227,7 +227,7 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
       noise_multiplier=2 * sigma,
       num_microbatches=None if per_example else 1,
       population_size=n, sampling=sampling,
-      sampling_probability=nu if sampling == "poisson" else None,
+      sampling_probability=nu if sampling == Sampling.POISSON else None,
       max_lots=iterations + 10)
   info = dict(sigma=sigma, iterations=iterations, sampling_probability=nu,
               claimed_epsilon=claimed, method=method,

@@ -1,0 +1,64 @@
+"""How the records of a lot are drawn: the one definition of the sampling kinds.
+
+``Sampling`` is a ``str`` enum: each member equals its string value
+(``Sampling.POISSON == "poisson"``), so the string works wherever a member
+does, in arguments, the ledger JSON and Keras configs. Pure Python.
+"""
+
+import enum
+from typing import Iterable, Optional
+
+
+class Sampling(str, enum.Enum):
+  """A sampling kind, what the accountant assumes about every lot.
+
+  * ``POISSON`` (``"poisson"``): each record is in the lot independently
+    with probability q; add/remove-one neighbours.
+  * ``FIXED_SIZE`` (``"fixed_size"``): a uniformly random subset of fixed
+    size per lot, drawn without replacement; replace-one neighbours.
+  * ``SHUFFLED`` (``"shuffled"``): the batches of a shuffled pass over the
+    data, as Keras ``fit(shuffle=True)`` draws them; accounted as
+    ``FIXED_SIZE``, the conventional approximation and not a proven
+    guarantee (Chua et al. 2024, "How Private are DP-SGD Implementations?").
+
+  The declaration order is the code that ledger buffers and checkpoints
+  store (``tf_dp.analysis.ledger_schema.sampling_code``): never reorder,
+  only append.
+  """
+  POISSON = "poisson"
+  FIXED_SIZE = "fixed_size"
+  SHUFFLED = "shuffled"
+
+  __str__ = str.__str__
+  __format__ = str.__format__
+
+  def __repr__(self) -> str:
+    return repr(self.value)
+
+  @property
+  def accounted_as(self) -> "Sampling":
+    """The kind the accountants compose: ``SHUFFLED`` as ``FIXED_SIZE``."""
+    return Sampling.FIXED_SIZE if self is Sampling.SHUFFLED else self
+
+  @classmethod
+  def check(cls, name: str, value: object,
+            allowed: Optional[Iterable["Sampling"]] = None) -> "Sampling":
+    """``value`` (a member or its string) as a member of ``allowed``.
+
+    Args:
+      name: The argument's name, for the error message.
+      value: What the caller passed.
+      allowed: The kinds accepted here (default: all).
+
+    Raises:
+      ValueError: naming ``name``, the kinds allowed and ``value``.
+    """
+    kinds = tuple(cls) if allowed is None else tuple(allowed)
+    if isinstance(value, str) and value in kinds:
+      return cls(value)
+    raise ValueError(f"{name} must be one of {kinds}; got {value!r}.")
+
+
+# The kinds an accountant composes directly (SHUFFLED is accounted as
+# FIXED_SIZE).
+ACCOUNTED = (Sampling.POISSON, Sampling.FIXED_SIZE)
