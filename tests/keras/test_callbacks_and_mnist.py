@@ -146,3 +146,64 @@ def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):
   expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
       n, 250, 1.1, 2, 1e-5, sampling="fixed_size")
   assert eps == pytest.approx(expected, rel=1e-5) and math.isfinite(eps)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_budget_plans_with_the_largest_lot_not_the_last(K,
+                                                        steps_per_execution):
+  """n = 1001, batches of 100: each epoch ends with a lot of one example
+  (q = 1/1001). Planning the lots left as lots of that size let a whole
+  epoch of full lots through (final epsilon 16.09 for a target of 13.4);
+  the plan must use the full lot, q = 100/1001."""
+  x, y = helpers.make_data("dense", 1001)
+  model = helpers.build_model(K, "dense")
+  model = tf_dp.keras.make_private(model, self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=1001),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
+                steps_per_execution=steps_per_execution)
+  target = 13.4
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=target)
+  model.fit(x, y, batch_size=100, epochs=20, verbose=0, callbacks=[budget])
+  assert budget.epsilon() <= target and not budget.exceeded
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  # The budget was used: a full lot more would have exceeded it.
+  qs = [s["sampling_probability"] for s in samples]
+  runs = [(tf_dp.analysis.ledger.LedgerEvent(
+      "shuffled", q, 1.0, 1001, 1), 1) for q in qs + [100 / 1001]]
+  more, _ = tf_dp.analysis.event_accounting.epsilon_of_runs(runs, 1e-5)
+  assert more > target
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_never_releases_a_lot_larger_than_it_planned(K):
+  """A dataset whose first lot holds one example and the next ones 100:
+  the plan, made with lots of one example, must not pay for lots of 100.
+  The larger lot is dropped (nothing released, no weight changed) and
+  training stops with a warning."""
+  x, y = helpers.make_data("dense", 1001)
+  data = tf.data.Dataset.from_tensor_slices((x, y))
+  data = data.take(1).batch(1).concatenate(data.skip(1).batch(100))
+  model = helpers.build_model(K, "dense")
+  model = tf_dp.keras.make_private(model, self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=1001),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  target = 5.0  # one epoch of full lots costs more
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=target)
+  weights = []
+  record = K.callbacks.LambdaCallback(
+      on_train_batch_end=lambda batch, logs: weights.append(
+          model.get_weights()))
+  with pytest.warns(UserWarning, match="PrivacyBudget stopped training"):
+    model.fit(data, epochs=3, verbose=0, callbacks=[budget, record])
+  assert budget.epsilon() <= target
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert [s["sampling_probability"] for s in samples] == [
+      pytest.approx(1 / 1001)]
+  assert len(weights) == 2  # the dropped lot changed no weight
+  for a, b in zip(*weights):
+    np.testing.assert_array_equal(a, b)

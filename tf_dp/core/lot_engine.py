@@ -45,6 +45,17 @@ class _OpenLot:
     self.batches = batches
 
 
+class _LotLimit:
+  """The largest lot a ``PrivacyBudget`` planned for, and the lots refused
+  for exceeding it (a plain object: not tracked, not saved)."""
+
+  def __init__(self):
+    self.max_examples = tf.Variable(float("inf"), trainable=False,
+                                    name="max_lot_examples")
+    self.oversized = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 name="oversized_lots")
+
+
 class LotEngine(tf.Module):
   """Lots, noise once per lot, the ledger and the budget for one optimizer.
 
@@ -82,6 +93,33 @@ class LotEngine(tf.Module):
     # whatever steps_per_execution is.
     self.allowed_lots = tf.Variable(UNLIMITED_LOTS, dtype=tf.int64,
                                     trainable=False, name="allowed_lots")
+    # The examples a fixed-size or shuffled lot may hold: a PrivacyBudget
+    # plans the lots left with lots of this size, so a larger one, whose q
+    # the plan did not pay for, is never released (untracked, so that
+    # checkpoints keep their layout).
+    self._lot_limit = _LotLimit()
+    # The most examples the front end expects a lot of its input to hold
+    # (None if unknown), for a PrivacyBudget's plan.
+    self.expected_lot_examples = None
+
+  @property
+  def max_lot_examples(self):
+    """The most examples a released fixed-size or shuffled lot may hold
+    (inf unless a ``PrivacyBudget`` planned with a lot size)."""
+    return self._lot_limit.max_examples
+
+  @property
+  def oversized_lots(self):
+    """Lots not released because they held more than
+    ``max_lot_examples``."""
+    return self._lot_limit.oversized
+
+  def lift_lot_limits(self):
+    """No limit on the number or the size of lots (a new ``fit``: a
+    ``PrivacyBudget`` sets its own)."""
+    self.allowed_lots.assign(UNLIMITED_LOTS)
+    self.max_lot_examples.assign(float("inf"))
+    self.oversized_lots.assign(0)
 
   @property
   def query(self):
@@ -261,19 +299,20 @@ class LotEngine(tf.Module):
     if k == 1:
       lot = self._query.accumulate_preprocessed_record(self._empty_lot(),
                                                        batch_sum)
-      apply_fn(self.finish_lot(lot, records, examples))
-      return tf.no_op()
+      return self._release_unless_oversized(lot, records, examples, apply_fn)
     lot = self._query.accumulate_preprocessed_record(
         lot_lib.read(self.lot_state), batch_sum)
     records = self.lot_records + records
     examples = self.lot_examples + examples
 
     def finish():
-      apply_fn(self.finish_lot(lot, records, examples))
-      return tf.group(lot_lib.assign(self.lot_state, self._empty_lot()),
-                      self.lot_records.assign(0.0),
-                      self.lot_examples.assign(0.0),
-                      self.batches_in_lot.assign(0))
+      released = self._release_unless_oversized(lot, records, examples,
+                                                apply_fn)
+      with tf.control_dependencies([released]):
+        return tf.group(lot_lib.assign(self.lot_state, self._empty_lot()),
+                        self.lot_records.assign(0.0),
+                        self.lot_examples.assign(0.0),
+                        self.batches_in_lot.assign(0))
 
     def keep():
       return tf.group(lot_lib.assign(self.lot_state, lot),
@@ -282,6 +321,21 @@ class LotEngine(tf.Module):
                       self.batches_in_lot.assign_add(1))
 
     return tf.cond(self.batches_in_lot >= k - 1, finish, keep)
+
+  def _release_unless_oversized(self, lot, records, examples, apply_fn):
+    """Releases a full lot and applies its mean, unless it is a fixed-size
+    or shuffled lot of more than ``max_lot_examples`` examples: then
+    nothing of it is released and ``oversized_lots`` counts it (a Poisson
+    lot's q is the sampler's, whatever size was drawn)."""
+
+    def release():
+      apply_fn(self.finish_lot(lot, records, examples))
+      return tf.no_op()
+
+    if self.config.sampling == "poisson":
+      return release()
+    return tf.cond(examples <= self.max_lot_examples, release,
+                   lambda: tf.group(self.oversized_lots.assign_add(1)))
 
   def finish_lot(self, lot, records, examples):
     """Releases a full lot (``tf_dp.core.lot.release``) and returns its

@@ -8,6 +8,7 @@ accountant would compute after training.
 import warnings
 
 from tf_dp.analysis import ledger as ledger_accounting
+from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
@@ -41,7 +42,7 @@ class LotBoundaryGuard(_Callback):
   steps per epoch is known and is not a multiple of the lot's batches,
   ``fit`` is refused with the fix; otherwise a lot still incomplete at the
   end of an epoch is discarded (nothing of it is released) with a warning.
-  It also lifts the lot limit of an earlier budget at the start of ``fit``.
+  It also lifts the lot limits of an earlier budget at the start of ``fit``.
   """
 
   def on_train_begin(self, logs=None):
@@ -56,7 +57,7 @@ class LotBoundaryGuard(_Callback):
           f"open by an earlier fit (nothing of it was released): a lot must "
           f"not mix batches of two fits. Make the steps of a fit a multiple "
           f"of gradient_accumulation_steps.", UserWarning)
-    engine.allowed_lots.assign(lot_engine.UNLIMITED_LOTS)
+    engine.lift_lot_limits()
     k = engine.config.gradient_accumulation_steps
     steps = self.params.get("steps")
     if self._lots_span_epochs(engine) and steps and steps % k:
@@ -114,12 +115,20 @@ class PrivacyBudget(_Callback):
   callback interface itself). After each epoch ``logs["epsilon"]`` holds
   the epsilon of everything in the ledger (so it appears in the History and
   in TensorBoard, listed before or after this callback: ``make_private``'s
-  ``fit`` runs budgets before the other callbacks). With ``target_epsilon``, after every batch it checks
-  whether one more lot (of the last recorded kind) would exceed the target
-  and, if so, sets ``model.stop_training``; the DP step itself refuses to
-  release a lot beyond the planned number, so epsilon never exceeds the
-  target whatever ``steps_per_execution`` is (except when the very first
-  lot already does; then training stops after it and ``exceeded`` is True).
+  ``fit`` runs budgets before the other callbacks).
+
+  Privacy contract: with ``target_epsilon``, the lots left are planned as
+  lots of the largest kind that can come: Poisson lots of the sampler's q,
+  or fixed-size and shuffled lots of the most examples any lot recorded in
+  the ledger held, or that ``fit``'s arrays can give (``batch_size`` times
+  ``gradient_accumulation_steps``), whichever is larger; a short last
+  batch never makes the plan cheaper. The DP step itself releases no lot
+  beyond the planned number, and no fixed-size or shuffled lot larger than
+  the planned size (such a lot is dropped, nothing of it released, and
+  training stops with a warning), so epsilon never exceeds the target
+  whatever the input, its batch sizes or ``steps_per_execution`` are
+  (except when the very first lot already does; then training stops after
+  it and ``exceeded`` is True).
 
   Args:
     delta: The delta of the reported (epsilon, delta).
@@ -145,6 +154,7 @@ class PrivacyBudget(_Callback):
     self.epsilons = []
     self.exceeded = False
     self._allowed_lots = None
+    self._max_lot_examples = None
     self.train_batch_hooks = target_epsilon is not None
 
   @property
@@ -163,12 +173,29 @@ class PrivacyBudget(_Callback):
         self.ledger, self.delta, orders=self.orders,
         accountant=self.accountant)[0]
 
+  def _largest_next_lot(self, runs):
+    """``(event, examples)``: the costliest lot that can come next, as a
+    ``LedgerEvent``, and the most examples it may hold (None for Poisson
+    lots, whose q is the sampler's whatever size is drawn)."""
+    last = runs[-1][0]
+    if last.sampling == ledger_schema.POISSON:
+      return last, None
+    engine = self._engine()
+    n = engine.recorded_population_size()
+    lot = max(round(e.sampling_probability * e.population_size)
+              for e, _ in runs if e.sampling != ledger_schema.POISSON)
+    lot = min(n, max(lot, engine.expected_lot_examples or 0))
+    return ledger_accounting.LedgerEvent(
+        last.sampling, lot / n, last.noise_multiplier, n,
+        last.examples_per_record), lot
+
   def _plan(self):
     runs = ledger_accounting.ledger_event_runs(self.ledger)
     if not runs:
       return
+    next_lot, self._max_lot_examples = self._largest_next_lot(runs)
     more = max_additional_steps_for_events(
-        runs, runs[-1][0], self.target_epsilon, self.delta,
+        runs, next_lot, self.target_epsilon, self.delta,
         accountant=self.accountant, orders=self.orders)
     self.exceeded = more < 0
     self._allowed_lots = sum(count for _, count in runs) + max(more, 0)
@@ -188,11 +215,14 @@ class PrivacyBudget(_Callback):
     if allowed is None:
       allowed = self._lots() + 1
     engine.allowed_lots.assign(allowed)
+    engine.max_lot_examples.assign(float(
+        "inf" if self._max_lot_examples is None else self._max_lot_examples))
 
   def on_train_begin(self, logs=None):
     del logs
     self.ledger  # pylint: disable=pointless-statement
     self._allowed_lots = None
+    self._max_lot_examples = None
     if self.target_epsilon is not None:
       self._limit_lots()
 
@@ -202,6 +232,14 @@ class PrivacyBudget(_Callback):
       return
     if self._allowed_lots is None:
       self._limit_lots()
+    if int(self._engine().oversized_lots.numpy()):
+      self.model.stop_training = True
+      warnings.warn(
+          f"PrivacyBudget stopped training: a lot held more than the "
+          f"{self._max_lot_examples} examples its plan paid for, and was "
+          f"dropped (nothing of it released). Give fit batches of one size "
+          f"(the first lots decide the plan), or arrays.", UserWarning)
+      self._engine().oversized_lots.assign(0)
     if self._allowed_lots is not None and self._lots() >= self._allowed_lots:
       self.model.stop_training = True
 

@@ -189,6 +189,15 @@ def training_examples(bound):
   return n if n >= 1 else None
 
 
+def expected_lot_examples(bound, examples, batches_per_lot):
+  """The most examples a lot of ``fit``'s arrays holds (``batches_per_lot``
+  batches of ``batch_size``, Keras's default 32, within one pass over the
+  ``examples``), or None when the input is not arrays."""
+  if examples is None:
+    return None
+  return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
+
+
 # The samplers whose datasets hold the lots each declared sampling promises.
 _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
              "poisson": "tf_dp.data.poisson_sampled_batches"}
@@ -339,8 +348,10 @@ def _dp_fit(self, *args, **kwargs):
             if optimizer_base.is_dp_optimizer(optimizer) else None)
   inferred = False
   if engine is not None:
-    examples = training_examples(_checked_arguments(self, "fit", args,
-                                                    kwargs))
+    bound = _checked_arguments(self, "fit", args, kwargs)
+    examples = training_examples(bound)
+    engine.expected_lot_examples = expected_lot_examples(
+        bound, examples, engine.config.gradient_accumulation_steps)
     if examples is not None:
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
