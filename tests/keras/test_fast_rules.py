@@ -343,17 +343,18 @@ def test_vectorized_map_hazard_names_the_layer_and_the_fix(K):
 
 
 def test_unsupported_einsum_dense_is_refused_not_vectorized():
-  """A LoRA EinsumDense has no fast rule; the per-layer fallback would run
-  it under vectorized_map, so it is refused with the fix instead."""
+  """LoRA on an EinsumDense whose last kernel letter is a group letter has
+  no fast rule; the per-layer fallback would run it under vectorized_map,
+  so it is refused with the fix instead."""
   K = backend.keras3_module()
   if K is None or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (
       2, 16):
     pytest.skip("Keras 3 on TF >= 2.16 only")
-  layer = K.layers.EinsumDense("ab,bc->ac", 4)
-  model = _sequential(K, (5,), [layer])
+  layer = K.layers.EinsumDense("abc,bc->ac", 5)
+  model = _sequential(K, (4, 5), [layer])
   layer.enable_lora(2)
   assert rules.rule_for(layer) is None
-  x, y = _data((5,))
+  x, y = _data((4, 5))
   model = _compile_dp(K, model, population_size=6, learning_rate=1.0,
                              l2_norm_clip=CLIP, noise_multiplier=0.5)
   with pytest.raises(ValueError, match="per_example_method='auto'"):

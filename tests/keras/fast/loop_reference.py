@@ -48,10 +48,11 @@ def reference_update(model, loss, x, y, clip, learning_rate,
 
 
 def compile_fast(K, model, population_size, loss, clip, learning_rate=1.0,
-                 noise_multiplier=0.0, **dp_kwargs):
+                 noise_multiplier=0.0, run_eagerly=False, **dp_kwargs):
   """make_private + compile on the fast path (no first-fit self-check:
   its reference runs the model under tf.vectorized_map, which Keras 3
-  EinsumDense layers must not do under TF 2.21's oneDNN)."""
+  EinsumDense layers must not do under TF 2.21's oneDNN). ``run_eagerly``
+  skips tracing the step: seconds instead of a minute for a transformer."""
   import tf_dp  # pylint: disable=g-import-not-at-top
   model = tf_dp.keras.make_private(model, self_check=False)
   model.compile(
@@ -59,12 +60,12 @@ def compile_fast(K, model, population_size, loss, clip, learning_rate=1.0,
           K.optimizers.SGD(learning_rate), l2_norm_clip=clip,
           noise_multiplier=noise_multiplier, population_size=population_size,
           per_example_method="fast", **dp_kwargs),
-      loss=loss)
+      loss=loss, run_eagerly=run_eagerly)
   return model
 
 
 def fast_step_matches_loop(K, model, x, y, clip, loss=None,
-                           sample_weight=None, atol=1e-5):
+                           sample_weight=None, atol=1e-5, run_eagerly=False):
   """One fast-path fit step (no noise, learning rate 1) against
   ``reference_update``; returns the clipping plan by layer name.
 
@@ -77,7 +78,7 @@ def fast_step_matches_loop(K, model, x, y, clip, loss=None,
   n = len(tf.nest.flatten(x)[0])
   expected = reference_update(model, loss, x, y, clip, 1.0, sample_weight)
   with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    model = compile_fast(K, model, n, loss, clip)
+    model = compile_fast(K, model, n, loss, clip, run_eagerly=run_eagerly)
   model.fit(x, y, sample_weight=sample_weight, batch_size=n, epochs=1,
             shuffle=False, verbose=0)
   for v, e in zip(model.trainable_variables, expected):

@@ -46,21 +46,33 @@ def _sublayers(layer):
   return backend.for_object(layer).sublayers(layer)
 
 
-def owns_trainable_variables(layer):
-  """Whether ``layer`` has trainable variables that none of its sublayers
-  has (its own weights, as opposed to its sublayers')."""
-  held = {id(v) for sub in _sublayers(layer) for v in sub.trainable_variables}
-  return any(id(v) not in held for v in layer.trainable_variables)
+def trainable_of(layer, trainable):
+  """The variables of ``layer`` (its sublayers' included) whose ids are in
+  ``trainable``: the model's trainable variables, the source of truth (a
+  Keras 3 layer set non-trainable lists none of its own, yet a sublayer
+  set trainable again, as KerasHub's ``enable_lora`` does, is trained)."""
+  return [v for v in layer.variables if id(v) in trainable]
 
 
-def _tapped_through_sublayers(layer):
+def owns_trainable_variables(layer, trainable):
+  """Whether ``layer`` holds trainable variables that none of its
+  sublayers holds (its own weights, as opposed to its sublayers')."""
+  held = {id(v) for sub in _sublayers(layer) for v in sub.variables}
+  return any(id(v) not in held for v in trainable_of(layer, trainable))
+
+
+def _tapped_through_sublayers(layer, trainable):
   """Models, registered composites, and layers without a rule whose
   trainable variables all belong to sublayers (transformer blocks,
   MultiHeadAttention and its subclasses): whatever class they are."""
   if _is_model(layer) or rules_lib.is_composite(layer):
     return True
   return (rules_lib.rule_for(layer) is None
-          and not owns_trainable_variables(layer))
+          and not owns_trainable_variables(layer, trainable))
+
+
+def _trainable_ids(model):
+  return {id(v) for v in model.trainable_variables}
 
 
 def trainable_units(model):
@@ -68,12 +80,17 @@ def trainable_units(model):
   variables, reached through models and through layers whose trainable
   variables all belong to sublayers (``_tapped_through_sublayers``).
   """
+  trainable = _trainable_ids(model)
   units = []
+  visited = set()
 
   def visit(layer):
-    if not layer.trainable_variables:
+    # A layer reached twice (a task model's head calling its backbone's
+    # token embedding in reverse) is one unit.
+    if id(layer) in visited or not trainable_of(layer, trainable):
       return
-    if _tapped_through_sublayers(layer):
+    visited.add(id(layer))
+    if _tapped_through_sublayers(layer, trainable):
       for sub in _sublayers(layer):
         visit(sub)
     else:
@@ -88,17 +105,16 @@ def fast_path_unavailable_reason(model, query):
   """None if the fast path applies to (model, query), else why not."""
   if not getattr(query, "supports_record_scales", lambda: False)():
     return f"the query {type(query).__name__} does not provide record_scales"
-  units = trainable_units(model)
+  trainable = _trainable_ids(model)
   seen = {}
-  for unit in units:
-    for v in unit.trainable_variables:
+  for unit in trainable_units(model):
+    for v in trainable_of(unit, trainable):
       key = id(v)
       if key in seen:
         return (f"variable {v.name} is shared by layers {seen[key]!r} and "
                 f"{unit.name!r}")
       seen[key] = unit.name
-  model_vars = {id(v) for v in model.trainable_variables}
-  if set(seen) != model_vars:
+  if set(seen) != trainable:
     return "some trainable variables are not owned by a layer"
   return None
 
@@ -106,12 +122,13 @@ def fast_path_unavailable_reason(model, query):
 def clipping_plan(model):
   """``[(layer name, class, path)]``: how each layer's norms are computed."""
   plan = []
+  trainable = _trainable_ids(model)
   for layer in model_checks.all_layers(model):
     if _is_model(layer):
       continue
-    if not layer.trainable_variables:
+    if not trainable_of(layer, trainable):
       path = "no trainable variables"
-    elif _tapped_through_sublayers(layer):
+    elif _tapped_through_sublayers(layer, trainable):
       path = "composite: its sublayers are tapped"
     elif rules_lib.rule_for(layer) is not None:
       path = f"fast rule ({type(rules_lib.rule_for(layer)).__name__})"
@@ -187,9 +204,10 @@ def _check_taps_cover(units, rules, variables, read_outside):
   # A tape watches the resource variable under a Keras 3 variable: both
   # share the handle.
   handle = lambda v: id(getattr(v, "handle", v))
-  trainable = {handle(v) for v in variables}
+  handles = {handle(v) for v in variables}
+  trainable = {id(v) for v in variables}
   for v in read_outside:
-    if handle(v) in trainable:
+    if handle(v) in handles:
       raise FastPathUnavailable(
           f"variable {v.name} is read outside the call of the layer that "
           "holds it (a layer reads a sublayer's weights directly)")
@@ -198,10 +216,43 @@ def _check_taps_cover(units, rules, variables, read_outside):
     if rule is None:
       continue
     if ({id(v) for v in rule.variables(unit)}
-        != {id(v) for v in unit.trainable_variables}):
+        != {id(v) for v in trainable_of(unit, trainable)}):
       raise FastPathUnavailable(
           f"the rule {type(rule).__name__} of layer {unit.name!r} does not "
           "account for exactly its trainable variables")
+
+
+def _check_calls(unit, rules, session):
+  """Raises FastPathUnavailable unless the unit's calls can be handled;
+  gives units without a rule the per-layer fallback."""
+  calls = session.call_counts.get(id(unit), 0)
+  rule = rules[id(unit)]
+  if calls != 1 and not (calls and hasattr(rule, "prepare_calls")):
+    raise FastPathUnavailable(f"layer {unit.name!r} was called {calls} "
+                              "times in one forward pass")
+  for tap in session.all_taps[id(unit)]:
+    if any(tf.is_tensor(v) for v in tf.nest.flatten(tap.kwargs)):
+      raise FastPathUnavailable(f"layer {unit.name!r} takes tensor keyword "
+                                "arguments")
+  if rule is None:
+    hazard = vectorized_map_hazard([unit])
+    if hazard:
+      raise ValueError(hazard)
+    rules[id(unit)] = rules_lib.LocalVectorizedRule(
+        session.original_call(unit)[0])
+
+
+def _prepare(rule, unit, taps, outputs, grads, records):
+  """The rule's state from the unit's taps and their output gradients
+  (zeros where an output does not reach the loss)."""
+  grads = [tf.nest.map_structure(tf.zeros_like, out) if grad is None
+           else grad for out, grad in zip(outputs, grads)]
+  if getattr(rule, "float32_taps", True):
+    taps = [_in_float32(tap) for tap in taps]
+    grads = [tf.nest.map_structure(_float32, grad) for grad in grads]
+  if len(taps) == 1:
+    return rule.prepare(unit, taps[0], grads[0], records)
+  return rule.prepare_calls(unit, taps, grads, records)
 
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
@@ -212,8 +263,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   plus the taps by layer id if ``return_taps``.
 
   Raises:
-    FastPathUnavailable: at trace time, if a layer is called more than once
-      or with tensor keyword arguments.
+    FastPathUnavailable: at trace time, if a layer whose rule takes one
+      call is called more than once, or with tensor keyword arguments.
   """
   variables = model.trainable_variables
   units = trainable_units(model)
@@ -229,33 +280,16 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       total = tf.reduce_sum(record_losses)
   _check_taps_cover(units, rules, variables, outside.watched_variables())
   for unit in units:
-    calls = session.call_counts.get(id(unit), 0)
-    if calls != 1:
-      raise FastPathUnavailable(f"layer {unit.name!r} was called {calls} "
-                                "times in one forward pass")
-    tap = session.taps[id(unit)]
-    if any(tf.is_tensor(v) for v in tf.nest.flatten(tap.kwargs)):
-      raise FastPathUnavailable(f"layer {unit.name!r} takes tensor keyword "
-                                "arguments")
-    if rules[id(unit)] is None:
-      hazard = vectorized_map_hazard([unit])
-      if hazard:
-        raise ValueError(hazard)
-      rules[id(unit)] = rules_lib.LocalVectorizedRule(
-          session.original_call(unit)[0])
-  outputs = [session.taps[id(u)].output for u in units]
+    _check_calls(unit, rules, session)
+  unit_taps = [session.all_taps[id(u)] for u in units]
+  outputs = [[tap.output for tap in taps] for taps in unit_taps]
   out_grads = tape.gradient(total, outputs)
   index = {id(v): i for i, v in enumerate(variables)}
   sq_norms = [None] * len(variables)
   states = []
-  for unit, out, grad in zip(units, outputs, out_grads):
+  for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
     rule = rules[id(unit)]
-    if grad is None:
-      grad = tf.nest.map_structure(tf.zeros_like, out)
-    tap = session.taps[id(unit)]
-    if getattr(rule, "float32_taps", True):
-      tap, grad = _in_float32(tap), tf.nest.map_structure(_float32, grad)
-    state = rule.prepare(unit, tap, grad, records)
+    state = _prepare(rule, unit, taps, outs, grads, records)
     unit_vars = rule.variables(unit)
     for v, sq in zip(unit_vars, rule.sq_norms(state)):
       sq_norms[index[id(v)]] = sq

@@ -8,6 +8,10 @@ out of the input alone. Per record and group the kernel gradient is then
 ``A^T G`` with rank-3 rows ``A`` = [positions, K] and ``G`` = [positions, C]
 (``linear.py``), so no rank-4 x rank-2 matmul is ever built; the clipped
 sum is one einsum ``input, output -> kernel`` on scaled output gradients.
+
+LoRA (``enable_lora``, Keras 3) on EinsumDense and Dense: each factor's
+gradient is the kernel gradient of an einsum derived from the layer's
+(``LoraFactors``), so the same rows and certificates serve.
 """
 
 import string
@@ -54,45 +58,181 @@ def letter_classes(inp, ker, out):
   return batch, positions, groups, contracted, features
 
 
-def _size(kernel, ker, letters):
-  dims = [kernel.shape[ker.index(c)] for c in letters]
+def _size(shape, ker, letters):
   size = 1
-  for d in dims:
-    size *= d
+  for c in letters:
+    size *= shape[ker.index(c)]
   return size
 
 
-class EinsumDenseRule(linear.LinearRule):
-  """keras.layers.EinsumDense: any equation without kernel-only letters."""
+def einsum_rows(specs, kernel_shape, x, g, records):
+  """Grouped rows ``(a, g)`` (``linear.py``) of the kernel gradient of
+  ``z = einsum(inp,ker->out, x, kernel)`` for parsed ``specs``."""
+  inp, ker, out = specs
+  batch, positions, groups, contracted, features = letter_classes(
+      inp, ker, out)
+  n_groups = _size(kernel_shape, ker, groups)
+  a = tf.einsum(f"{inp}->{batch}{positions}{groups}{contracted}", x)
+  a = tf.reshape(a, [tf.shape(x)[0], -1, n_groups,
+                     _size(kernel_shape, ker, contracted)])
+  g = tf.einsum(f"{out}->{batch}{positions}{groups}{features}", g)
+  g = tf.reshape(g, [tf.shape(g)[0], -1, n_groups,
+                     _size(kernel_shape, ker, features)])
+  return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
+
+
+def lora_specs(specs):
+  """``(down, up, back)`` of a LoRA kernel ``k = k0 + s a b``, ``a`` of
+  shape ``k.shape[:-1] + (rank,)`` and ``b`` of ``(rank, k.shape[-1])``:
+  parsed specs of ``h = einsum(x, a)`` and ``z = einsum(h, b)``, and the
+  equation of ``g b^T`` (``out`` with the last kernel letter replaced by
+  the rank letter). None unless the last kernel letter is an output
+  feature (in the kernel and the output, not in the input)."""
+  inp, ker, out = specs
+  last = ker[-1]
+  if last in inp or last not in out:
+    return None
+  used = set(inp + ker + out)
+  rank = next(c for c in string.ascii_letters if c not in used)
+  hidden = out.replace(last, rank)
+  return ((inp, ker[:-1] + rank, hidden), (hidden, rank + last, out),
+          f"{out},{rank}{last}->{hidden}")
+
+
+class LoraFactors:
+  """Per-record squared norms and clipped sums of the LoRA factors ``a``,
+  ``b`` of a kernel used as ``einsum(x, k0 + s a b)`` (Keras 3
+  ``enable_lora``: ``s = lora_alpha / lora_rank``, ``k0`` frozen).
+
+  A record's gradients are ``s dK b^T`` for ``a`` and ``s a^T dK`` for
+  ``b``, ``dK`` its kernel gradient: the kernel gradients of two einsums,
+  ``h = einsum(x, a)`` with output gradient ``g' = s g b^T``, and ``z =
+  einsum(s h, b)`` with output gradient ``g``. ``g'`` and ``s h`` are
+  formed once from each record's own rows; the norms are certified for
+  them as for any linear kernel (``linear.py``, "Certified norms") and the
+  clipped sums are formed from the same tensors, so each record adds what
+  its norms bound.
+  """
+
+  def __init__(self, specs, x, g, a, b, scale, records):
+    self.specs = specs
+    self.down, self.up, back = lora_specs(specs)
+    self.a, self.b, self.scale = a, b, scale
+    a = tf.cast(a, x.dtype)
+    b = tf.cast(b, x.dtype)
+    self.x, self.g, self.records = x, g, records
+    self.g_back = scale * tf.einsum(back, g, b)
+    inp, ker_a, hidden = self.down
+    self.h = scale * tf.einsum(f"{inp},{ker_a}->{hidden}", x, a)
+
+  def sq_norms(self):
+    """Certified for the exact factor gradients: ``g'`` and ``s h`` are
+    rounded products, whose error ``linear.product_error`` bounds from the
+    record's mass over the layer's own kernel rows."""
+    records = self.records
+    a_shape, b_shape = self.a.shape, self.b.shape
+    kernel_shape = list(a_shape[:-1]) + [b_shape[-1]]
+    mass = linear.record_mass(linear.position_mass(*einsum_rows(
+        self.specs, kernel_shape, self.x, self.g, records)), records)
+    frobenius = lambda v: abs(self.scale) * tf.norm(tf.cast(
+        tf.reshape(v, [-1]), tf.float64))
+    rows_a = einsum_rows(self.down, a_shape, self.x, self.g_back, records)
+    rows_b = einsum_rows(self.up, b_shape, self.h, self.g, records)
+    return [linear.kernel_sq_norms(*rows_a, records, linear.product_error(
+        mass, frobenius(self.b), b_shape[-1])),
+            linear.kernel_sq_norms(*rows_b, records, linear.product_error(
+                mass, frobenius(self.a), a_shape.num_elements()
+                // a_shape[-1]))]
+
+  def clipped_sums(self, scales, keep):
+    records = self.records
+    kept = lambda t: linear.per_example(t, records, keep)
+    scaled = lambda t, s: linear.per_example(kept(t), records, s)
+    inp, ker_a, hidden = self.down
+    _, ker_b, out = self.up
+    return [tf.einsum(f"{inp},{hidden}->{ker_a}", kept(self.x),
+                      scaled(self.g_back, scales[0])),
+            tf.einsum(f"{hidden},{out}->{ker_b}", kept(self.h),
+                      scaled(self.g, scales[1]))]
+
+
+def lora_enabled(layer):
+  return bool(getattr(layer, "lora_enabled", False))
+
+
+class LoraMixin:
+  """LoRA for a linear rule whose layer computes ``einsum(x, kernel)``
+  (``lora_specs_for``): with ``enable_lora`` the trainable variables are
+  the factors (and the bias), the base kernel is frozen."""
+
+  def lora_specs_for(self, layer, x_rank):
+    """Parsed ``(inp, ker, out)`` of the layer's kernel einsum for inputs
+    of rank ``x_rank`` (None: any rank the layer takes), or None."""
+    raise NotImplementedError
 
   def supports(self, layer):
-    # The input rank is unknown here; a one-letter ellipsis stands for it.
+    if not lora_enabled(layer):
+      return super().supports(layer)
+    if getattr(layer, "quantization_mode", None):
+      return False
+    specs = self.lora_specs_for(layer, None)
+    return specs is not None and lora_specs(specs) is not None
+
+  def kernel_variables(self, layer):
+    if lora_enabled(layer):
+      return [layer.lora_kernel_a, layer.lora_kernel_b]
+    return super().kernel_variables(layer)
+
+  def prepare(self, layer, tap, out_grad, records):
+    state = super().prepare(layer, tap, out_grad, records)
+    if lora_enabled(layer):
+      x = state["x"]
+      state["lora"] = LoraFactors(
+          self.lora_specs_for(layer, x.shape.rank), x,
+          tf.cast(out_grad, x.dtype), layer.lora_kernel_a,
+          layer.lora_kernel_b, layer.lora_alpha / layer.lora_rank, records)
+    return state
+
+  def kernel_part_sq_norms(self, state):
+    if "lora" in state:
+      return state["lora"].sq_norms()
+    return super().kernel_part_sq_norms(state)
+
+  def kernel_part_sums(self, state, scales, keep):
+    if "lora" in state:
+      return state["lora"].clipped_sums(scales, keep)
+    return super().kernel_part_sums(state, scales, keep)
+
+
+class EinsumDenseRule(LoraMixin, linear.LinearRule):
+  """keras.layers.EinsumDense: any equation without kernel-only letters;
+  with LoRA, equations whose last kernel letter is an output feature."""
+
+  def lora_specs_for(self, layer, x_rank):
+    return self.parse(layer, x_rank)
+
+  def parse(self, layer, x_rank=None):
+    """The layer's ``(inp, ker, out)`` for inputs of rank ``x_rank``
+    (None: the equation's own rank, a one-letter ellipsis)."""
     equation = layer.equation.replace(" ", "")
-    lhs = equation.split("->")[0]
-    rank = len(lhs.split(",")[0].replace("...", "."))
-    return (super().supports(layer)
-            and parse_equation(equation, rank) is not None)
+    if x_rank is None:
+      lhs = equation.split("->")[0]
+      x_rank = len(lhs.split(",")[0].replace("...", "."))
+    return parse_equation(equation, x_rank)
+
+  def supports(self, layer):
+    return super().supports(layer) and self.parse(layer) is not None
 
   def _specs(self, layer, x):
-    specs = parse_equation(layer.equation, x.shape.rank)
+    specs = self.parse(layer, x.shape.rank)
     if specs is None:
       raise ValueError(f"EinsumDense equation {layer.equation!r} with input "
                        f"rank {x.shape.rank} is not supported.")
     return specs
 
   def kernel_rows(self, layer, x, g, records):
-    inp, ker, out = self._specs(layer, x)
-    batch, positions, groups, contracted, features = letter_classes(
-        inp, ker, out)
-    kernel = layer.kernel
-    n_groups = _size(kernel, ker, groups)
-    a = tf.einsum(f"{inp}->{batch}{positions}{groups}{contracted}", x)
-    a = tf.reshape(a, [tf.shape(x)[0], -1, n_groups,
-                       _size(kernel, ker, contracted)])
-    g = tf.einsum(f"{out}->{batch}{positions}{groups}{features}", g)
-    g = tf.reshape(g, [tf.shape(g)[0], -1, n_groups,
-                       _size(kernel, ker, features)])
-    return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
+    return einsum_rows(self._specs(layer, x), layer.kernel.shape, x, g,
+                       records)
 
   def kernel_sum(self, layer, x, g):
     inp, ker, out = self._specs(layer, x)

@@ -40,6 +40,23 @@ def per_record(t, records):
   return tf.reshape(t, [records, -1, tf.shape(t)[-1]])
 
 
+def record_mass(mass, records):
+  """``[R]``: the sum over each record's blocks of ``mass`` ``[R * G]``."""
+  return tf.reduce_sum(tf.reshape(mass, [records, -1]), 1)
+
+
+def product_error(mass, factor, terms):
+  """``[R]`` float64 bound on the norm of the rounding error of a record's
+  gradient computed from float32 rows ``y_t = s x_t M`` (or ``s g_t M^T``)
+  instead of exact ones: ``gamma_{terms + 1} |s| |M|_F U``, ``U = sum_t
+  |x_t| |g_t|`` the record's mass over the rows ``M`` multiplies (each
+  row's error is within ``gamma_{terms + 1} |s| |x_t| |M|_F``: Higham Sec.
+  3.1 per element, Cauchy-Schwarz over the row; the gradient sums
+  ``|x_t| |g_t|``-weighted rows). ``factor`` is ``|s| |M|_F`` (float64).
+  """
+  return rounding_bound(terms + 1, UNIT_ROUNDOFF_FLOAT32) * factor * mass
+
+
 def mask(t, keep):
   """Zeros the rows (leading axis) of ``t`` where ``keep`` is false.
 
@@ -175,7 +192,8 @@ def position_mass(a, g):
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32))
 
 
-def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records):
+def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records,
+                       input_error=None):
   """``[R]`` float32 squared norms that bound what each record adds.
 
   Args:
@@ -184,6 +202,10 @@ def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records):
     mass: ``[R * G]`` float64 ``U`` of each block (``position_mass``).
     rows_per_record: positions of one record summed per block (``m T``).
     records: ``R``.
+    input_error: optional ``[R]`` float64 bounds on the norm of the
+      difference between the record's gradient and the gradient computed
+      from its float32 rows (rows that are themselves rounded products,
+      e.g. LoRA's ``g b^T``): added to the norm.
   """
   exact = tf.reduce_sum(tf.reshape(exact_sq_bound, [records, -1]), 1)
   mass = tf.sqrt(tf.reduce_sum(tf.reshape(tf.square(mass), [records, -1]),
@@ -191,6 +213,8 @@ def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records):
   rows = tf.cast(rows_per_record, tf.float64)
   norm = (tf.sqrt(tf.maximum(exact, 0.0))
           + rounding_bound(rows, UNIT_ROUNDOFF_FLOAT32) * mass)
+  if input_error is not None:
+    norm += input_error
   norm = tf.maximum(norm, mass / (LEVERAGE * tf.sqrt(rows)))
   return float32_upper_bound(tf.square(norm))
 
@@ -237,10 +261,11 @@ def materialised_sq_bound(grads, mass, positions):
   return tf.square(norm)
 
 
-def kernel_sq_norms(a, g, records):
+def kernel_sq_norms(a, g, records, input_error=None):
   """``[R]`` certified squared norms of ``sum_groups A^T G`` per record
   (see "Certified norms" above): never below the norm of what the record
-  adds to the float32 clipped sum of its kernel."""
+  adds to the float32 clipped sum of its kernel (plus ``input_error``, see
+  ``certified_sq_norms``)."""
   a = tf.cast(a, g.dtype)
   rows = tf.shape(a)[1]
   if a.shape[1] == 1:  # One position: |a^T g|^2 = |a|^2 |g|^2.
@@ -252,7 +277,7 @@ def kernel_sq_norms(a, g, records):
     grads = tf.matmul(a, g, transpose_a=True)  # [R * G, K, C]
     mass = position_mass(a, g)
     bound = materialised_sq_bound(grads, mass, rows)
-  return certified_sq_norms(bound, mass, rows, records)
+  return certified_sq_norms(bound, mass, rows, records, input_error)
 
 
 def bias_grads(out_grad, bias_shape, records):
@@ -284,8 +309,12 @@ class LinearRule:
   def kernel(self, layer):
     return layer.kernel
 
+  def kernel_variables(self, layer):
+    """The variables ``kernel_part_sq_norms`` accounts for (the kernel)."""
+    return [self.kernel(layer)]
+
   def variables(self, layer):
-    out = [self.kernel(layer)]
+    out = list(self.kernel_variables(layer))
     if getattr(layer, "use_bias", True) and getattr(layer, "bias",
                                                     None) is not None:
       out.append(layer.bias)
@@ -316,19 +345,17 @@ class LinearRule:
     """``[R]`` certified squared norms of each record's kernel gradient."""
     return self.kernel_norms_and_grads(layer, x, g, records)[0]
 
-  def sq_norms(self, state):
-    layer, records = state["layer"], state["records"]
-    kernel_norms, state["kernel_grads"] = self.kernel_norms_and_grads(
-        layer, state["x"], state["g"], records)
-    norms = [kernel_norms]
-    if len(self.variables(layer)) > 1:
-      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
-      state["bias_grads"] = bias_grads(state["g"], layer.bias.shape, records)
-      norms.append(tf.reduce_sum(
-          tf.square(tf.reshape(state["bias_grads"], [records, -1])), 1))
-    return norms
+  def has_bias(self, layer):
+    return len(self.variables(layer)) > len(self.kernel_variables(layer))
 
-  def clipped_sums(self, state, scales, keep):
+  def kernel_part_sq_norms(self, state):
+    """``[R]`` squared norms per variable of ``kernel_variables``."""
+    kernel_norms, state["kernel_grads"] = self.kernel_norms_and_grads(
+        state["layer"], state["x"], state["g"], state["records"])
+    return [kernel_norms]
+
+  def kernel_part_sums(self, state, scales, keep):
+    """Clipped sums per variable of ``kernel_variables``."""
     layer, records = state["layer"], state["records"]
     kernel = self.kernel(layer)
     if state.get("kernel_grads") is not None:
@@ -338,10 +365,24 @@ class LinearRule:
       x = per_example(state["x"], records, keep)
       g = per_example(state["g"], records, keep)
       total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
-    out = [tf.reshape(total, tf.shape(kernel))]
-    if len(scales) > 1:
+    return [tf.reshape(total, tf.shape(kernel))]
+
+  def sq_norms(self, state):
+    layer, records = state["layer"], state["records"]
+    norms = self.kernel_part_sq_norms(state)
+    if self.has_bias(layer):
+      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
+      state["bias_grads"] = bias_grads(state["g"], layer.bias.shape, records)
+      norms.append(exact_sq_norms(state["bias_grads"]))
+    return norms
+
+  def clipped_sums(self, state, scales, keep):
+    layer = state["layer"]
+    parts = len(self.kernel_variables(layer))
+    out = self.kernel_part_sums(state, scales[:parts], keep)
+    if len(scales) > parts:
       bias = mask(state["bias_grads"], keep)
-      out.append(tf.tensordot(scales[1], bias, axes=[[0], [0]]))
+      out.append(tf.tensordot(scales[parts], bias, axes=[[0], [0]]))
     return out
 
 

@@ -1,5 +1,5 @@
-"""Rules for normalisations with per-example statistics: LayerNormalization
-and GroupNormalization (last-axis channels). Their scale and offset
+"""Rules for normalisations with per-example statistics: LayerNormalization,
+GroupNormalization (last-axis channels) and KerasHub's RMSNormalization. Their scale and offset
 gradients are small ([C]), so per-record gradients are materialised:
 ``sum_positions g * x_hat`` and ``sum_positions g``.
 """
@@ -41,7 +41,7 @@ class _AffineNormRule:
     return {"per_record": per_record}
 
   def sq_norms(self, state):
-    return [tf.reduce_sum(tf.square(p), 1) for p in state["per_record"]]
+    return [linear.exact_sq_norms(p) for p in state["per_record"]]
 
   def clipped_sums(self, state, scales, keep):
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
@@ -82,6 +82,43 @@ class GroupNormalizationRule(_AffineNormRule):
     mean, var = tf.nn.moments(grouped, axes=[1, 3], keepdims=True)
     x_hat = (grouped - mean) * tf.math.rsqrt(var + layer.epsilon)
     return tf.reshape(x_hat, shape)
+
+
+class RMSNormalizationRule:
+  """KerasHub's RMS normalisations (Gemma's and ``keras_hub.layers``'):
+  ``y = x_hat * (c + scale)`` with ``x_hat = x / sqrt(mean(x^2) + eps)``
+  over the last axis (``c`` is 1 for Gemma's, 0 for the other; the
+  gradient of ``scale`` is ``sum_positions g * x_hat`` either way).
+  ``eps`` is the layer's ``epsilon``, 1e-6 where it has none (the value
+  ``keras_hub.layers.RMSNormalization`` uses)."""
+
+  pre_activation = False
+
+  def supports(self, layer):
+    return True
+
+  def variables(self, layer):
+    return [layer.scale]
+
+  def prepare(self, layer, tap, out_grad, records):
+    x = tf.cast(tap.args[0], tf.float32)
+    mean_square = tf.reduce_mean(tf.square(x), -1, keepdims=True)
+    x_hat = x * tf.math.rsqrt(mean_square + getattr(layer, "epsilon", 1e-6))
+    g = linear.per_record(tf.cast(out_grad, tf.float32), records)
+    return {"per_record": [tf.reduce_sum(
+        g * linear.per_record(x_hat, records), 1)]}
+
+  sq_norms = _AffineNormRule.sq_norms
+  clipped_sums = _AffineNormRule.clipped_sums
+
+
+def register_keras_hub(register, keras_hub):
+  """Rules for KerasHub's own normalisation layers."""
+  # pylint: disable=g-import-not-at-top
+  from keras_hub.src.models.gemma import rms_normalization as gemma_rms
+  # pylint: enable=g-import-not-at-top
+  for cls in (keras_hub.layers.RMSNormalization, gemma_rms.RMSNormalization):
+    register(cls, RMSNormalizationRule())
 
 
 def register_all(register, modules):

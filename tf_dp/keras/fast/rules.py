@@ -34,19 +34,27 @@ taps, and the rule's norm bounds exactly that. A rule that does not
 describe the layer gives a wrong gradient, never an unclipped one.
 
 Built-in rules (Keras 3 and Keras 2 classes, registered on first use):
-Dense, EinsumDense, Embedding, Conv1D/2D/3D, DepthwiseConv2D,
-SeparableConv2D, Conv2DTranspose, LayerNormalization, GroupNormalization.
+Dense, EinsumDense and Embedding (with or without LoRA), Conv1D/2D/3D,
+DepthwiseConv2D, SeparableConv2D, Conv2DTranspose, LayerNormalization,
+GroupNormalization, ReversibleEmbedding (tied or not, called any number of
+times); KerasHub's PositionEmbedding and RMSNormalization layers once
+``keras_hub`` is imported.
 """
+
+import sys
 
 import tensorflow as tf
 
 from tf_dp.keras import backend
 from tf_dp.keras import per_example
+from tf_dp.keras.fast import einsum_rule
+from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import linear
 
 _RULES = {}
 _COMPOSITES = set()
 _BUILTINS_REGISTERED = False
+_KERAS_HUB_REGISTERED = False
 
 
 def register_rule(layer_class, rule):
@@ -122,60 +130,25 @@ def rule_for(layer):
   return None
 
 
-class DenseRule(linear.LinearRule):
-  """keras.layers.Dense (any input rank: leading axes are positions)."""
+def dense_specs(x_rank):
+  """``(inp, ker, out)`` letters of Dense as an einsum for an input of
+  rank ``x_rank`` (leading axes are positions)."""
+  letters = "abcdefghij"[:x_rank or 2]
+  return letters, letters[-1] + "z", letters[:-1] + "z"
+
+
+class DenseRule(einsum_rule.LoraMixin, linear.LinearRule):
+  """keras.layers.Dense (any input rank: leading axes are positions), with
+  or without LoRA."""
+
+  def lora_specs_for(self, layer, x_rank):
+    return dense_specs(x_rank)
 
   def kernel_rows(self, layer, x, g, records):
     return linear.per_record(x, records), linear.per_record(g, records)
 
   def kernel_sum(self, layer, x, g):
     return linear.matmul_kernel_sum(x, g)
-
-
-class EmbeddingRule:
-  """keras.layers.Embedding: ghost norm over positions with equal tokens.
-
-  A record's gradient is ``sum_t onehot(id_t) g_t^T``: its squared norm is
-  ``sum_{s,t} [id_s = id_t] g_s . g_t``, certified as the linear rules'
-  (``linear.py``, "Certified norms"; here ``|a_t| = 1``, so ``U = sum_t
-  |g_t|``).
-  """
-
-  pre_activation = False
-
-  def supports(self, layer):
-    return not (getattr(layer, "lora_enabled", False)
-                or getattr(layer, "quantization_mode", None))
-
-  def variables(self, layer):
-    return [layer.embeddings]
-
-  def prepare(self, layer, tap, out_grad, records):
-    ids = tf.reshape(tf.cast(tap.args[0], tf.int32), [records, -1])
-    g = linear.per_record(out_grad, records)
-    return {"layer": layer, "ids": ids, "g": g, "records": records}
-
-  def sq_norms(self, state):
-    ids, g = state["ids"], state["g"]
-    g64 = tf.cast(g, tf.float64)
-    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), tf.float64)
-    value = tf.reduce_sum(same * tf.matmul(g64, g64, transpose_b=True),
-                          [1, 2])
-    mass = tf.reduce_sum(linear.row_norms(g64), 1)
-    positions = tf.shape(ids)[1]
-    terms = tf.shape(g)[2] + positions * positions + 8
-    bound = tf.maximum(value, 0.0) + linear.rounding_bound(
-        terms, linear.UNIT_ROUNDOFF_FLOAT64) * tf.square(mass)
-    return [linear.certified_sq_norms(bound, mass, positions,
-                                      state["records"])]
-
-  def clipped_sums(self, state, scales, keep):
-    g = linear.mask(state["g"], keep) * scales[0][:, None, None]
-    table = state["layer"].embeddings
-    rows = tf.math.unsorted_segment_sum(
-        tf.reshape(g, [-1, tf.shape(g)[-1]]), tf.reshape(state["ids"], [-1]),
-        tf.shape(table)[0])
-    return [rows]
 
 
 class LocalVectorizedRule:
@@ -236,20 +209,26 @@ class LocalVectorizedRule:
 
 
 def _ensure_builtins():
-  """Registers the built-in rules for the installed Keras flavours."""
-  global _BUILTINS_REGISTERED
-  if _BUILTINS_REGISTERED:
-    return
-  _BUILTINS_REGISTERED = True
+  """Registers the built-in rules for the installed Keras flavours, and
+  KerasHub's once it is imported (never imported here: it is an optional,
+  heavy dependency; a model made of its layers has imported it)."""
+  global _BUILTINS_REGISTERED, _KERAS_HUB_REGISTERED
   # pylint: disable=g-import-not-at-top
   from tf_dp.keras.fast import conv_rules
-  from tf_dp.keras.fast import einsum_rule
   from tf_dp.keras.fast import norm_rules
   # pylint: enable=g-import-not-at-top
-  modules = [adapter.module() for adapter in backend.installed()]
-  for keras in modules:
-    _RULES[keras.layers.Dense] = DenseRule()
-    _RULES[keras.layers.Embedding] = EmbeddingRule()
   register = _RULES.__setitem__
-  for module in (conv_rules, einsum_rule, norm_rules):
-    module.register_all(register, modules)
+  if not _BUILTINS_REGISTERED:
+    _BUILTINS_REGISTERED = True
+    modules = [adapter.module() for adapter in backend.installed()]
+    for keras in modules:
+      _RULES[keras.layers.Dense] = DenseRule()
+      _RULES[keras.layers.Embedding] = embedding_rules.EmbeddingRule()
+    for module in (conv_rules, einsum_rule, norm_rules, embedding_rules):
+      module.register_all(register, modules)
+  keras_hub = sys.modules.get("keras_hub")
+  if (not _KERAS_HUB_REGISTERED and keras_hub is not None
+      and hasattr(keras_hub, "layers")):
+    _KERAS_HUB_REGISTERED = True
+    for module in (norm_rules, embedding_rules):
+      module.register_keras_hub(register, keras_hub)

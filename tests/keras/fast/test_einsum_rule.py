@@ -1,0 +1,145 @@
+"""LoRA on the fast path (``tf_dp/keras/fast/einsum_rule.py``,
+``LoraFactors``; Embedding's in ``rules.py``): Keras 3 ``enable_lora`` on
+Dense, EinsumDense and Embedding.
+
+1. Certified norms on crafted records (the generators of ``test_linear``:
+   cancelling positions with magnitudes up to 1e9, huge, tiny): the rule's
+   squared norm of each factor is at least the exact float64 one (relative
+   tolerance 1e-6, the reference's own rounding), and removing a record
+   moves the clipped sum by at most C (1 + 1e-4).
+2. A model with LoRA on all three kinds of layer (and on the query and
+   value projections of MultiHeadAttention, as KerasHub's ``enable_lora``
+   does) takes the same step as a per-example loop (``loop_reference``).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_dp.keras import backend
+from tf_dp.keras.fast import rules as rules_lib
+from tests.keras.fast import loop_reference
+from tests.keras.fast import test_linear
+
+K3 = backend.keras3_module()
+pytestmark = pytest.mark.skipif(K3 is None, reason="LoRA is Keras 3's")
+CLIP = 1.0
+
+
+def _lora_cases():
+  """name -> (layer, input shape per record, integer input)."""
+  L = K3.layers
+  return {
+      "dense": (L.Dense(6), (12, 10), False),
+      "einsum_query": (L.EinsumDense("abc,cde->abde", (12, 2, 5),
+                                     bias_axes="de"), (12, 8), False),
+      "einsum_output": (L.EinsumDense("abcd,cde->abe", (12, 6)),
+                        (12, 2, 5), False),
+      "embedding": (L.Embedding(6, 8), (32,), True),
+  }
+
+
+def _with_lora(layer, x, rng, magnitude):
+  layer(tf.constant(x[:1]))
+  layer.enable_lora(3)
+  factors = [v for v in layer.trainable_variables if "lora" in v.name]
+  for v in factors:  # b starts at zero: random factors test both.
+    v.assign(rng.normal(size=v.shape) * (magnitude ** 0.25))
+  return factors
+
+
+def _exact_factor_sq_norms(layer, x, g):
+  """``[records, 2]`` float64 squared norms of each record's gradients of
+  ``a`` and ``b``, from its float64 gradient ``dK`` of the merged kernel:
+  ``s dK b^T`` and ``s a^T dK``."""
+  embedding = isinstance(layer, K3.layers.Embedding)
+  a, b = (np.asarray(v.numpy(), np.float64) for v in (
+      (layer.lora_embeddings_a, layer.lora_embeddings_b) if embedding
+      else (layer.lora_kernel_a, layer.lora_kernel_b)))
+  scale = layer.lora_alpha / layer.lora_rank
+  config = dict(layer.get_config(), dtype="float64")
+  config.pop("lora_rank", None)
+  config.pop("lora_alpha", None)
+  copy = type(layer).from_config(config)
+  copy(tf.constant(x[:1]) if embedding else tf.constant(x[:1], tf.float64))
+  base = np.asarray((layer._embeddings if embedding else layer._kernel  # pylint: disable=protected-access
+                     ).numpy(), np.float64)
+  kernel = copy.embeddings if embedding else copy.kernel
+  kernel.assign(base + scale * np.matmul(a, b))
+  out = []
+  for r in range(len(x)):
+    xr = tf.constant(x[r:r + 1]) if embedding else tf.constant(
+        x[r:r + 1], tf.float64)
+    with tf.GradientTape() as tape:
+      z = copy(xr)
+    dk = np.asarray(tf.convert_to_tensor(tape.gradient(
+        z, kernel, output_gradients=tf.constant(g[r:r + 1], tf.float64))))
+    da = scale * np.tensordot(dk, b, axes=([-1], [1]))
+    db = scale * np.tensordot(a, dk, axes=(list(range(a.ndim - 1)),
+                                           list(range(dk.ndim - 1))))
+    out.append([np.sum(da * da), np.sum(db * db)])
+  return np.asarray(out)
+
+
+@pytest.mark.parametrize("name", sorted(_lora_cases()))
+@pytest.mark.parametrize("magnitude", [1e3, 1e9])
+def test_lora_norms_bound_every_record_and_one_record_moves_the_sum_by_c(
+    name, magnitude):
+  layer, shape, integer = _lora_cases()[name]
+  rng = np.random.default_rng(int(magnitude) % 997 + len(name))
+  x = np.stack([test_linear._record(shape, mode, rng, magnitude, integer)  # pylint: disable=protected-access
+                for mode in test_linear.MODES])
+  x = x.astype("int32" if integer else "float32")
+  _with_lora(layer, x, rng, magnitude)
+  z = layer(tf.constant(x))
+  g = np.stack([test_linear._out_grad(z.shape[1:], mode, rng, magnitude)  # pylint: disable=protected-access
+                for mode in test_linear.MODES]).astype("float32")
+  rule = rules_lib.rule_for(layer)
+  assert rule is not None, name
+  sq, sums = test_linear._rule_outputs(layer, rule, x, g)  # pylint: disable=protected-access
+  exact = _exact_factor_sq_norms(layer, x, g)
+  check = np.isfinite(sq.sum(1))
+  for i in range(2):
+    ok = check & (exact[:, i] > 1e-30)
+    np.testing.assert_array_less((exact[:, i] * (1 - 1e-6))[ok], sq[ok, i],
+                                 err_msg=f"{name}: a norm below the exact one")
+  for r, mode in enumerate(test_linear.MODES):
+    _, without = test_linear._rule_outputs(layer, rule, x, g, drop=r)  # pylint: disable=protected-access
+    moved = np.sqrt(sum(np.sum(np.square(
+        np.asarray(a, np.float64) - np.asarray(b, np.float64)))
+                        for a, b in zip(sums, without)))
+    assert moved <= CLIP * (1 + 1e-4), (name, mode, moved)
+
+
+def _lora_model(seq=6, vocab=12):
+  L = K3.layers
+  init = lambda seed: K3.initializers.GlorotUniform(seed=seed)
+  inputs = L.Input((seq,), dtype="int32")
+  embedding = L.Embedding(vocab, 8, embeddings_initializer=init(1))
+  attention = L.MultiHeadAttention(2, 4, kernel_initializer=init(2))
+  dense = L.Dense(8, activation="tanh", kernel_initializer=init(3))
+  h = embedding(inputs)
+  h = h + attention(h, h)
+  h = L.GlobalAveragePooling1D()(dense(h))
+  model = K3.Model(inputs, L.Dense(3, kernel_initializer=init(4))(h))
+  rng = np.random.default_rng(5)
+  for layer in (embedding, attention.query_dense, attention.value_dense,
+                dense):
+    layer.enable_lora(2)
+    for v in layer.trainable_variables:
+      if "lora" in v.name:
+        v.assign(0.5 * rng.normal(size=v.shape))
+  attention.key_dense.trainable = False
+  attention.output_dense.trainable = False
+  return model
+
+
+def test_lora_model_equals_loop():
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 12, size=(6, 6)).astype("int32")
+  y = (x[:, 0] % 3).astype("int32")
+  model = _lora_model()
+  # 8 factors, 3 biases (query, value, dense), the head kernel and bias.
+  assert len(model.trainable_variables) == 13
+  plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
+  assert not [n for n, p in plan.items() if "local vectorized_map" in p], plan

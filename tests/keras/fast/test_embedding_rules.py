@@ -1,0 +1,141 @@
+"""Tied embeddings and position embeddings on the fast path
+(``tf_dp/keras/fast/embedding_rules.py``).
+
+1. Certified norms of a ``ReversibleEmbedding`` called forward and in
+   reverse (one variable, two uses): on crafted records (the reverse use
+   cancelling the forward one, cancelling positions, magnitudes up to 1e9,
+   huge, tiny) the squared norm is at least the exact float64 norm of the
+   record's summed gradient (relative tolerance 1e-6), and removing a
+   record moves the clipped sum by at most C (1 + 1e-4).
+2. Models with a tied input/output embedding (a causal LM with per-token
+   labels) or an untied one, and with a KerasHub ``PositionEmbedding``,
+   take the same step as a per-example loop (``loop_reference``, 1e-5).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_dp.dp_query import clipping
+from tf_dp.keras import backend
+from tf_dp.keras.fast import embedding_rules
+from tf_dp.keras.fast import rules as rules_lib
+from tf_dp.keras.fast import taps as taps_lib
+from tests.keras.fast import loop_reference
+
+K3 = backend.keras3_module()
+pytestmark = pytest.mark.skipif(
+    K3 is None or not hasattr(K3.layers, "ReversibleEmbedding"),
+    reason="ReversibleEmbedding is Keras 3's")
+CLIP = 1.0
+VOCAB, DIM, T, S = 7, 6, 8, 8
+MODES = ("cancel_cross", "cancel_g", "huge", "tiny", "plain")
+
+
+def _record(mode, rng, magnitude):
+  """(ids [T], g [T, D], h [S, D], dl [S, V]) of one record."""
+  noise = lambda *shape: rng.normal(size=shape)
+  ids = rng.integers(0, VOCAB, size=T)
+  g, h, dl = noise(T, DIM), noise(S, DIM), noise(S, VOCAB)
+  if mode == "cancel_cross":  # dl^T h undoes onehot^T g: sum ~ 0.
+    ids[:] = 3
+    w = rng.normal(size=DIM)
+    g = magnitude * np.broadcast_to(w, (T, DIM)) + noise(T, DIM)
+    h = magnitude * np.broadcast_to(w, (S, DIM))
+    dl = -np.eye(VOCAB)[np.full(S, 3)] + 1e-3 * noise(S, VOCAB)
+  elif mode == "cancel_g":
+    ids[:] = 1
+    signs = np.where(np.arange(T) % 2 == 0, 1.0, -1.0)
+    g = magnitude * signs[:, None] * rng.normal(size=DIM) + noise(T, DIM)
+  elif mode in ("huge", "tiny"):
+    scale = 1e15 if mode == "huge" else 1e-20
+    g, h = scale * g, scale * h
+  return ids, g, h, dl
+
+
+def _exact_sq_norm(ids, g, h, dl):
+  grad = np.zeros((VOCAB, DIM))
+  np.add.at(grad, ids, g)
+  grad += dl.T @ h
+  return float(np.sum(grad * grad))
+
+
+def _outputs(layer, rule, batch, drop=None):
+  ids, g, h, dl = (np.stack(p) for p in zip(*batch))
+  taps = [taps_lib.Tap(layer, (tf.constant(ids, tf.int32),), {}, None),
+          taps_lib.Tap(layer, (tf.constant(h, tf.float32),),
+                       {"reverse": True}, None)]
+  state = rule.prepare_calls(layer, taps, [tf.constant(g, tf.float32),
+                                           tf.constant(dl, tf.float32)],
+                             len(batch))
+  sq = rule.sq_norms(state)[0]
+  keep = tf.math.is_finite(sq)
+  if drop is not None:
+    keep &= tf.range(len(batch)) != drop
+  scale = clipping.scale_from_squared_norm(
+      tf.where(keep, sq, tf.zeros_like(sq)), CLIP)
+  scale = tf.where(keep, scale, tf.zeros_like(scale))
+  return sq.numpy(), rule.clipped_sums(state, [scale], keep)[0].numpy()
+
+
+@pytest.mark.parametrize("magnitude", [1e3, 1e6, 1e9])
+def test_tied_norms_bound_every_record_and_one_record_moves_the_sum_by_c(
+    magnitude):
+  layer = K3.layers.ReversibleEmbedding(VOCAB, DIM)
+  layer.build()
+  rule = rules_lib.rule_for(layer)
+  assert isinstance(rule, embedding_rules.ReversibleEmbeddingRule)
+  rng = np.random.default_rng(int(magnitude) % 991)
+  batch = [_record(mode, rng, magnitude) for mode in MODES]
+  # float32 records, as the rule sees them.
+  batch = [(i, *(np.asarray(p, np.float32).astype(np.float64)
+                 for p in rest)) for i, *rest in batch]
+  sq, total = _outputs(layer, rule, batch)
+  for r, mode in enumerate(MODES):
+    exact = _exact_sq_norm(*batch[r])
+    if np.isfinite(sq[r]) and exact > 1e-30:
+      assert sq[r] >= exact * (1 - 1e-6), (mode, sq[r], exact)
+    _, without = _outputs(layer, rule, batch, drop=r)
+    moved = np.sqrt(np.sum(np.square(np.asarray(total, np.float64)
+                                     - np.asarray(without, np.float64))))
+    assert moved <= CLIP * (1 + 1e-4), (mode, moved)
+
+
+def _causal_lm(tie_weights, vocab=VOCAB, seq=6):
+  L = K3.layers
+  inputs = L.Input((seq,), dtype="int32")
+  embedding = L.ReversibleEmbedding(
+      vocab, DIM, tie_weights=tie_weights, name="tokens",
+      embeddings_initializer=K3.initializers.RandomNormal(seed=1))
+  h = embedding(inputs)
+  h = L.Dense(DIM, activation="tanh",
+              kernel_initializer=K3.initializers.GlorotUniform(seed=2))(h)
+  return K3.Model(inputs, embedding(h, reverse=True))
+
+
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_reversible_embedding_lm_equals_loop(tie_weights):
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, VOCAB, size=(4, 6)).astype("int32")
+  y = np.roll(x, -1, axis=1)
+  mask = (rng.random(size=(4, 6)) > 0.3).astype("float32")  # Padding.
+  model = _causal_lm(tie_weights)
+  plan = loop_reference.fast_step_matches_loop(
+      K3, model, x, y, 0.5, sample_weight=mask)
+  assert "ReversibleEmbeddingRule" in plan["tokens"], plan
+
+
+def test_position_embedding_equals_loop():
+  keras_hub = pytest.importorskip("keras_hub")
+  L = K3.layers
+  inputs = L.Input((5,), dtype="int32")
+  h = L.Embedding(VOCAB, DIM)(inputs)
+  position = keras_hub.layers.PositionEmbedding(
+      8, initializer=K3.initializers.RandomNormal(seed=3))
+  h = L.GlobalAveragePooling1D()(h + position(h))
+  model = K3.Model(inputs, L.Dense(3)(h))
+  rng = np.random.default_rng(1)
+  x = rng.integers(0, VOCAB, size=(6, 5)).astype("int32")
+  y = rng.integers(0, 3, size=6).astype("int32")
+  plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
+  assert "PositionEmbeddingRule" in plan[position.name], plan

@@ -1,0 +1,145 @@
+"""KerasHub transformers train privately on the fast path: BERT with a
+classification head, GPT-2 and Gemma with a causal-LM head on the tied
+token embedding (labels and padding mask per token), with and without
+``backbone.enable_lora(4)``.
+
+Tiny random-init configs (presets need downloads): 2 layers, hidden 16,
+sequence 8, vocabulary 50, batch 4, no dropout. Each case: the clipping plan
+has no per-layer fallback, and one noiseless fast step equals a loop over
+examples (``tests/keras/fast/loop_reference.py``; tolerance 1e-5, clip 0.5
+against gradient norms ~1-10, so a wrong norm or a missing use of the
+tied embedding moves weights by far more).
+"""
+
+import numpy as np
+import pytest
+
+keras_hub = pytest.importorskip("keras_hub")
+
+from tf_dp.keras import backend  # pylint: disable=g-import-not-at-top
+from tests.keras.fast import loop_reference  # pylint: disable=g-import-not-at-top
+
+K3 = backend.keras3_module()
+VOCAB, SEQ, BATCH = 50, 8, 4
+FALLBACK = "local vectorized_map"
+
+
+def _bert():
+  backbone = keras_hub.models.BertBackbone(
+      vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+      intermediate_dim=32, max_sequence_length=SEQ, dropout=0.0)
+  return backbone, keras_hub.models.BertTextClassifier(
+      backbone, num_classes=3, preprocessor=None, dropout=0.0)
+
+
+def _gpt2():
+  backbone = keras_hub.models.GPT2Backbone(
+      vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+      intermediate_dim=32, max_sequence_length=SEQ, dropout=0.0)
+  return backbone, keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+
+
+def _gemma():
+  backbone = keras_hub.models.GemmaBackbone(
+      vocabulary_size=VOCAB, num_layers=2, num_query_heads=2,
+      num_key_value_heads=1, hidden_dim=16, intermediate_dim=32,
+      head_dim=8, dropout=0.0)
+  return backbone, keras_hub.models.GemmaCausalLM(backbone, preprocessor=None)
+
+
+MODELS = {"bert": _bert, "gpt2": _gpt2, "gemma": _gemma}
+
+
+def _batch(name, rng):
+  tokens = rng.integers(1, VOCAB, size=(BATCH, SEQ)).astype("int32")
+  lengths = np.array([SEQ, SEQ - 2, SEQ - 3, 5])
+  mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype("int32")
+  tokens *= mask
+  x = {"token_ids": tokens, "padding_mask": mask}
+  if name == "bert":
+    x["segment_ids"] = np.zeros_like(tokens)
+    return x, rng.integers(0, 3, size=BATCH).astype("int32"), None
+  # Next-token labels, padding masked out of each sequence's loss.
+  labels = np.concatenate([tokens[:, 1:], np.zeros((BATCH, 1), "int32")], 1)
+  weights = np.concatenate([mask[:, 1:], np.zeros((BATCH, 1), "int32")], 1)
+  return x, labels, weights.astype("float32")
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_keras_hub_model_equals_loop(name, lora):
+  K3.utils.set_random_seed(0)
+  backbone, model = MODELS[name]()
+  if lora:
+    backbone.enable_lora(4)
+  rng = np.random.default_rng(0)
+  if lora:  # b starts at zero: random factors exercise both gradients.
+    for v in model.trainable_variables:
+      if "lora_kernel_b" in v.path:
+        v.assign(0.3 * rng.normal(size=v.shape))
+  x, y, weights = _batch(name, rng)
+  loss = K3.losses.SparseCategoricalCrossentropy(from_logits=True)
+  plan = loop_reference.fast_step_matches_loop(
+      K3, model, x, y, 0.5, loss=loss, sample_weight=weights,
+      run_eagerly=True)
+  assert not [n for n, p in plan.items() if FALLBACK in p], plan
+
+
+def test_gpt2_lora_trains_in_graph_mode():
+  """fit as users run it (a traced step, noise on): finite, changing
+  weights and a finite loss, with only the LoRA factors (and the query and
+  value biases) trained. One layer: tracing the step dominates the time."""
+  K3.utils.set_random_seed(1)
+  backbone = keras_hub.models.GPT2Backbone(
+      vocabulary_size=VOCAB, num_layers=1, num_heads=2, hidden_dim=16,
+      intermediate_dim=32, max_sequence_length=SEQ, dropout=0.0)
+  model = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+  backbone.enable_lora(4)
+  x, y, weights = _batch("gpt2", np.random.default_rng(1))
+  before = [np.array(v.numpy()) for v in model.trainable_variables]
+  assert all("lora" in v.path or v.path.endswith("bias")
+             for v in model.trainable_variables)
+  model = loop_reference.compile_fast(
+      K3, model, BATCH, K3.losses.SparseCategoricalCrossentropy(
+          from_logits=True), 1.0, learning_rate=0.1, noise_multiplier=0.5)
+  history = model.fit(x, y, sample_weight=weights, batch_size=BATCH,
+                      epochs=2, verbose=0).history
+  assert np.all(np.isfinite(history["loss"])), history
+  after = [v.numpy() for v in model.trainable_variables]
+  assert all(np.all(np.isfinite(a)) for a in after)
+  assert any(not np.array_equal(a, b) for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gemma"])
+def test_one_changed_sequence_moves_the_clipped_sum_by_at_most_2c(name):
+  """The record of a causal LM is the sequence: all its tokens' losses
+  (labels and padding weights per token) form one record's gradient, so
+  replacing one sequence (tokens, labels, padding) moves the fast path's
+  clipped sum by at most 2C (relative 1e-5: float32 sums)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
+  K3.utils.set_random_seed(2)
+  backbone, model = MODELS[name]()
+  backbone.enable_lora(4)
+  model.compile(loss=K3.losses.SparseCategoricalCrossentropy(from_logits=True))
+  rng = np.random.default_rng(3)
+  x, y, weights = _batch(name, rng)
+  x2, y2, weights2 = (tf.nest.map_structure(np.copy, t)
+                      for t in (x, y, weights))
+  x2["token_ids"][2] = rng.integers(1, VOCAB, size=SEQ)
+  x2["padding_mask"][2] = 1
+  y2[2] = rng.integers(1, VOCAB, size=SEQ)
+  weights2[2] = 1.0
+  clip = 0.1
+  query = GaussianSumQuery(clip, 0.0)
+  params = query.derive_sample_params(query.initial_global_state())
+  loss_fn = losses_lib.per_example_loss_fn(model)
+  sums = [clipped_sum.clipped_batch_sum(model, loss_fn, a, b, tf.constant(w),
+                                        query, params)[0]
+          for a, b, w in ((x, y, weights), (x2, y2, weights2))]
+  moved = np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64)
+                                       - np.asarray(b, np.float64)))
+                      for a, b in zip(*(tf.nest.flatten(s) for s in sums))))
+  assert 0 < moved <= 2 * clip * (1 + 1e-5), moved
