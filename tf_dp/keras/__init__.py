@@ -1,4 +1,5 @@
-"""Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks.
+"""Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks,
+``clipping_plan``.
 
 Importing it registers tf_dp's classes with Keras 3 (Keras 2 finds them by
 the module a file records), so ``load_model`` finds them in a fresh
@@ -9,6 +10,7 @@ import sys
 
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
+from tf_dp.keras.fast.clipped_sum import clipping_plan
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.keras.privacy_check import PrivacyCheckError
 from tf_dp.keras.privacy_check import check_privacy

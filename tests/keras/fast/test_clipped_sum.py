@@ -67,6 +67,11 @@ def test_containers_are_tapped_through_their_sublayers(K):
                                                CLIP)
   assert plan["block"].startswith("composite"), plan
   assert not [n for n, p in plan.items() if FALLBACK in p], plan
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  public = {name: (cls, path) for name, cls, path in
+            tf_dp.keras.clipping_plan(block)}
+  assert public[block.dense.name] == ("Dense", "fast rule (DenseRule)")
+  assert public[block.attention.name][1].startswith("composite"), public
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -120,7 +120,22 @@ def fast_path_unavailable_reason(model, query):
 
 
 def clipping_plan(model):
-  """``[(layer name, class, path)]``: how each layer's norms are computed."""
+  """How the fast path computes each layer's per-record norms.
+
+  Args:
+    model: A built Keras model (Keras 3 or Keras 2).
+
+  Returns:
+    ``[(layer name, class name, path)]`` for every layer inside ``model``,
+    where path is ``"fast rule (<Rule>)"``, ``"composite: its sublayers
+    are tapped"``, ``"local vectorized_map (per-layer fallback)"`` (exact,
+    slower; refused for Keras 3 EinsumDense-like layers on TF >= 2.16) or
+    ``"no trainable variables"``. Training logs it at the first step.
+
+  Example:
+    >>> for name, cls, path in tf_dp.keras.clipping_plan(model):
+    ...   print(f"{name:20} {cls:20} {path}")
+  """
   plan = []
   trainable = _trainable_ids(model)
   for layer in model_checks.all_layers(model):
