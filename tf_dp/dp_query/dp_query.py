@@ -100,12 +100,19 @@ class DPQuery(metaclass=abc.ABCMeta):
     raise NotImplementedError
 
 
+class RecordStructureError(ValueError, TypeError):
+  """A record (or state) whose nest differs from the one the query was built
+  for: a ``ValueError``, and a ``TypeError`` as ``tf.nest`` raises for a
+  sequence of another type (a tuple for a list)."""
+
+
 def check_record_structure(template_like, record, what="record"):
-  """Raises a ValueError naming the mismatch if ``record`` has the wrong nest."""
+  """Raises a RecordStructureError naming the mismatch if ``record`` has the
+  wrong nest."""
   try:
     tf.nest.assert_same_structure(template_like, record)
   except (ValueError, TypeError) as e:
-    raise ValueError(
+    raise RecordStructureError(
         f"The {what} does not have the structure the query was built for. "
         f"Expected the structure of {tf.nest.map_structure(lambda _: '.', template_like)}; "
         f"got {tf.nest.map_structure(lambda _: '.', record)}. ({e})") from None

@@ -42,7 +42,7 @@ class NestedQuery(dp_query.DPQuery):
     try:
       nest_utils.flatten_up_to(self._queries, record, what)
     except ValueError as e:
-      raise ValueError(
+      raise dp_query.RecordStructureError(
           f"The {what} does not match the structure of the NestedQuery's "
           f"queries {tf.nest.map_structure(lambda _: '.', self._queries)}: "
           f"{e}") from None

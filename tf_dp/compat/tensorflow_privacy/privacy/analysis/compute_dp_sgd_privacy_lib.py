@@ -266,3 +266,44 @@ def compute_dp_sgd_privacy_statement(
         "epsilon, but group privacy is not exact: its upper bound on the "
         "user-level epsilon can still be infinite.", width=80))
   return "\n\n".join(paragraphs) + "\n"
+
+
+# TF Privacy's private helpers of the statement, under its names and
+# signatures (its tests call them).
+_logexpm1 = _log_expm1
+
+
+def _compute_dp_sgd_example_privacy(num_epochs, noise_multiplier,
+                                    example_delta, used_microbatching=True,
+                                    poisson_subsampling_probability=None,
+                                    accountant_type=AccountantType.RDP):
+  """The statement's example-level epsilon (see
+  ``compute_dp_sgd_privacy_statement``); ``poisson_subsampling_probability``
+  None for each example once per epoch."""
+  checks.check_epochs("num_epochs", num_epochs)
+  checks.check_noise_multiplier("noise_multiplier", noise_multiplier,
+                                allow_zero=True)
+  checks.check_delta("example_delta", example_delta, allow_zero=True)
+  return _example_epsilon(num_epochs, noise_multiplier, example_delta,
+                          used_microbatching, poisson_subsampling_probability,
+                          AccountantType(getattr(accountant_type, "value",
+                                                 accountant_type)))
+
+
+def _compute_dp_sgd_user_privacy(num_epochs, noise_multiplier, user_delta,
+                                 max_examples_per_user,
+                                 used_microbatching=True,
+                                 poisson_subsampling_probability=None,
+                                 accountant_type=AccountantType.RDP):
+  """The statement's user-level epsilon for at most
+  ``max_examples_per_user`` examples per user (group privacy)."""
+  checks.check_epochs("num_epochs", num_epochs)
+  checks.check_noise_multiplier("noise_multiplier", noise_multiplier,
+                                allow_zero=True)
+  checks.check_delta("user_delta", user_delta, allow_zero=True)
+  checks.check_positive_int("max_examples_per_user", max_examples_per_user)
+  return _user_epsilon(num_epochs, noise_multiplier, user_delta,
+                       max_examples_per_user, used_microbatching,
+                       poisson_subsampling_probability,
+                       AccountantType(getattr(accountant_type, "value",
+                                              accountant_type)))
