@@ -27,6 +27,7 @@ from tf_dp.analysis import checks
 from tf_dp.analysis import ledger_schema
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
+from tf_dp.errors import LedgerFormatError
 from tf_dp.sampling import Sampling
 
 SamplingEvent = ledger_schema.SamplingEvent
@@ -289,14 +290,15 @@ class PrivacyLedger(tf.Module):
     """Overwrites the ledger with ``state`` (an ``export_buffers`` dict).
 
     Raises:
-      ValueError: naming the missing key, or if the state holds more rows
+      LedgerFormatError: naming the missing key.
+      ValueError: if the state holds more rows
         than this ledger has room for (rebuild it with a larger
         ``max_samples`` / ``max_queries_per_sample``).
     """
     missing = [k for k in BUFFER_KEYS if k not in state]
     if missing:
-      raise ValueError(f"state must have the keys {BUFFER_KEYS}; missing "
-                       f"{missing}.")
+      raise LedgerFormatError(f"state must have the keys {BUFFER_KEYS}; "
+                              f"missing {missing}.")
     variables = self._variables_by_key()
     for key, count_key in (("samples", "sample_count"),
                            ("queries", "query_count")):
@@ -374,7 +376,8 @@ class PrivacyLedger(tf.Module):
     try:
       data = json.loads(text)
     except json.JSONDecodeError as e:
-      raise ValueError(f"text is not a JSON ledger export: {e}.") from None
+      raise LedgerFormatError(
+          f"text is not a JSON ledger export: {e}.") from None
     return cls.from_dict(data, max_samples)
 
 

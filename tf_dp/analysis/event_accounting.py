@@ -26,6 +26,7 @@ from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_fixed_size
+from tf_dp.errors import PrivacyError
 from tf_dp.sampling import Sampling
 
 # Above this many distinct (sampling, q, sigma) events both accountants
@@ -40,7 +41,7 @@ def gaussian_event_counts(runs):
   for e, count in runs:
     sampling = Sampling.check("sampling", e.sampling).accounted_as
     if sampling is Sampling.POISSON and e.examples_per_record > 1:
-      raise ValueError(
+      raise PrivacyError(
           "The ledger records Poisson sampling with microbatches as records; "
           "use fixed-size batches (sampling='fixed_size') with microbatches.")
     event = pld_lib.GaussianEvent(sampling, e.sampling_probability,

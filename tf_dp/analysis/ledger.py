@@ -26,6 +26,8 @@ import warnings
 from tf_dp.analysis import allocation
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
+from tf_dp.errors import IncompleteLedgerError
+from tf_dp.errors import LedgerFormatError
 from tf_dp.sampling import Sampling
 
 _LedgerEventFields = collections.namedtuple(
@@ -49,12 +51,11 @@ def _export(ledger):
     try:
       return json.loads(ledger)
     except json.JSONDecodeError as e:
-      raise ValueError(f"ledger is a string but not valid JSON: {e}.") from None
+      raise LedgerFormatError(
+          f"ledger is a string but not valid JSON: {e}.") from None
   if hasattr(ledger, "to_dict"):
-    try:  # Run-length encoded: no per-sample expansion of long runs.
-      return ledger.to_dict(ledger_format=ledger_schema.FORMAT_V2)
-    except TypeError:  # A ledger object from before format 2.
-      return ledger.to_dict()
+    # Run-length encoded: no per-sample expansion of long runs.
+    return ledger.to_dict(ledger_format=ledger_schema.FORMAT_V2)
   if isinstance(ledger, dict):
     return ledger
   raise ValueError("ledger must be a PrivacyLedger, its to_dict() export or "
@@ -65,12 +66,13 @@ def ledger_runs(ledger):
   """The validated ``ledger_schema.Run`` list of a ledger (any form).
 
   Raises:
-    ValueError: on an invalid field (see ``ledger_schema``), or if the
-      ledger was full and did not record every sample.
+    LedgerFormatError: on an invalid field (see ``ledger_schema``).
+    IncompleteLedgerError: if the ledger was full and did not record every
+      sample.
   """
   runs, dropped = ledger_schema.decode(_export(ledger))
   if dropped:
-    raise ValueError(
+    raise IncompleteLedgerError(
         f"The ledger was full and did not record {dropped} sample(s): epsilon "
         "cannot be computed. Create the PrivacyLedger with max_samples of at "
         "least the number of training steps.")

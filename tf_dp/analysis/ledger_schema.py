@@ -22,7 +22,8 @@ the sampling event, ``SAMPLING_EVENT_KEYS``):
 * ``examples_per_record``: integer >= 1 (the microbatch size, or 1);
 * ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0.
 
-Every field is validated on reading; a bad field raises ``ValueError``
+Every field is validated on reading; a bad field raises
+``tf_dp.errors.LedgerFormatError`` (a ``ValueError``)
 naming its path (``runs[3].sampling``), the value and the allowed values.
 Unknown keys are refused too: a newer writer may give them a meaning that
 changes the privacy accounting.
@@ -35,6 +36,7 @@ import numbers
 import numpy as np
 
 from tf_dp.analysis import checks
+from tf_dp.errors import LedgerFormatError
 from tf_dp.sampling import Sampling
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
@@ -83,8 +85,8 @@ def sampling_kind(code, where="sampling code"):
   if (isinstance(code, bool) or not isinstance(code, numbers.Real)
       or math.isnan(code) or float(code) != int(code)
       or not 0 <= int(code) < len(_KINDS)):
-    raise ValueError(f"{where} must be an index into {_KINDS}; got "
-                     f"{code!r}.")
+    raise LedgerFormatError(f"{where} must be an index into {_KINDS}; got "
+                            f"{code!r}.")
   return _KINDS[int(code)]
 
 
@@ -193,8 +195,18 @@ def decode(data):
     samples merged) and the number of samples the ledger could not record.
 
   Raises:
-    ValueError: naming the first invalid field, its value and the fix.
+    LedgerFormatError: naming the first invalid field, its value and the
+      fix.
   """
+  try:
+    return _decode(data)
+  except LedgerFormatError:
+    raise
+  except ValueError as e:  # A field check of tf_dp.analysis.checks.
+    raise LedgerFormatError(str(e)) from None
+
+
+def _decode(data):
   fmt = _check_format(data)
   key = "samples" if fmt == FORMAT_V1 else "runs"
   top = {"format", "dropped_samples", key}
@@ -292,9 +304,9 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
       -1, len(QUERY_ROW))
   idx = qrows[:, 0].astype(int)
   if np.any(idx < 0) or np.any(idx >= len(rows)):
-    raise ValueError("ledger buffers are corrupt: a sum query refers to "
-                     f"sample {int(idx[(idx < 0) | (idx >= len(rows))][0])} "
-                     f"of {len(rows)}.")
+    raise LedgerFormatError(
+        "ledger buffers are corrupt: a sum query refers to sample "
+        f"{int(idx[(idx < 0) | (idx >= len(rows))][0])} of {len(rows)}.")
   if np.any(np.diff(idx) < 0):  # Written in order; sort only if not.
     order = np.argsort(idx, kind="stable")
     qrows, idx = qrows[order], idx[order]

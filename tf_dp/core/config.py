@@ -11,6 +11,7 @@ import numbers
 import warnings
 from typing import Any, Optional
 
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 from tf_dp.sampling import Sampling
@@ -145,12 +146,12 @@ class DPConfig:
     value of the ledger's.
 
     Raises:
-      ValueError: if ``population_size`` or a non-default ``sampling``
-        contradicts the ledger's.
+      SamplingMismatchError: if ``population_size`` or a non-default
+        ``sampling`` contradicts the ledger's.
     """
     ledger_n = int(ledger.population_size.numpy())
     if self.population_size is not None and self.population_size != ledger_n:
-      raise ValueError(
+      raise SamplingMismatchError(
           f"population_size={self.population_size!r} but the given ledger "
           f"records n = {ledger_n}. Pass the ledger alone (its n is used) or "
           f"a ledger built with PrivacyLedger({self.population_size}, ...).")
@@ -158,7 +159,7 @@ class DPConfig:
     if self.sampling is Sampling.SHUFFLED:
       self.sampling = ledger.sampling
     elif self.sampling != ledger.sampling:
-      raise ValueError(
+      raise SamplingMismatchError(
           f"sampling={self.sampling!r} but the given ledger was built with "
           f"sampling={ledger.sampling!r}. Pass the sampling the lots are "
           f"really drawn with to both, or leave sampling out to use the "

@@ -21,6 +21,7 @@ formed it (``tf_dp.core.lot_engine`` for Keras, the Estimator optimizers):
 import tensorflow as tf
 
 from tf_dp.dp_query import allocation
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
 from tf_dp.privacy_ledger import SamplingEvent
@@ -48,14 +49,15 @@ def gradient_query(config, templates):
     one.
 
   Raises:
-    ValueError: if that ledger's n is not ``config.population_size``.
+    SamplingMismatchError: if that ledger's n is not
+      ``config.population_size``.
   """
   query, ledger = config.dp_query, None
   if isinstance(query, QueryWithLedger):
     query, ledger = query.query, query.ledger
     ledger_n = int(ledger.population_size.numpy())
     if config.population_size not in (None, ledger_n):
-      raise ValueError(
+      raise SamplingMismatchError(
           f"population_size={config.population_size!r} but the "
           f"QueryWithLedger's ledger records n = {ledger_n}: every lot is "
           f"accounted with the ledger's n. Build the ledger with "

@@ -26,6 +26,7 @@ import tensorflow as tf
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
 from tf_dp.dp_query.nested_query import NestedQuery
+from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import QueryWithLedger
 
 # No limit on the number of lots (until a PrivacyBudget sets one).
@@ -212,11 +213,12 @@ class LotEngine(tf.Module):
     """Raises unless n, which every ledger sample records, is known.
 
     Raises:
-      ValueError: if ``population_size`` is still unknown (it was to be
-        inferred from ``fit``'s arrays, and is not).
+      PrivacyError: if ``population_size`` is still unknown (it was to be
+        inferred from ``fit``'s arrays, and is not): no lot can be
+        accounted without it.
     """
     if self.config.population_size is None:
-      raise ValueError("population_size is unknown. " +
+      raise PrivacyError("population_size is unknown. " +
                        config_lib.POPULATION_SIZE_REQUIRED)
 
   def microbatches_per_replica(self):

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.sampling import Sampling
 
 
@@ -88,9 +89,10 @@ def declare_sampling(dataset, sampling, sampling_probability=None,
 
   Raises:
     TypeError: if ``dataset`` is not a ``tf.data.Dataset``.
-    ValueError: naming the argument that is out of range, or if
-      ``dataset`` already carries another mark (a sampler's mark says how
-      its lots were drawn; it cannot be declared otherwise).
+    ValueError: naming the argument that is out of range.
+    SamplingMismatchError: if ``dataset`` already carries another mark (a
+      sampler's mark says how its lots were drawn; it cannot be declared
+      otherwise).
   """
   if not isinstance(dataset, tf.data.Dataset):
     raise TypeError(
@@ -123,7 +125,7 @@ def _mark(dataset, declared):
   """Puts ``declared`` on ``dataset`` unless it carries another mark."""
   earlier = declared_sampling(dataset)
   if earlier is not None and earlier != declared:
-    raise ValueError(
+    raise SamplingMismatchError(
         f"dataset is already marked as lots drawn with {earlier}; it cannot "
         f"be declared {declared}. A sampler's mark says how its lots were "
         f"drawn: draw new lots with the sampling you need instead.")

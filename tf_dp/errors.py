@@ -1,0 +1,32 @@
+"""The errors tf_dp raises when it refuses to go on, by what went wrong.
+
+Each subclasses ``ValueError``, so ``except ValueError`` catches them all;
+catch a subclass to handle one case. Bad arguments (a negative clip, an
+unknown option) are plain ``ValueError`` / ``TypeError`` naming the
+argument. Pure Python.
+"""
+
+
+class PrivacyError(ValueError):
+  """Going on would break the privacy guarantee or its accounting."""
+
+
+class UnsupportedModelError(PrivacyError):
+  """A model part whose per-example gradients cannot be clipped (it mixes
+  examples, e.g. batch normalization); the message names the part and the
+  replacement."""
+
+
+class SamplingMismatchError(PrivacyError):
+  """The lots are not drawn as the ledger or the configuration records
+  (another sampling kind, population size or declaration)."""
+
+
+class LedgerFormatError(PrivacyError):
+  """A ledger export or buffer is not valid; the message names the first
+  bad field, its value and what is allowed."""
+
+
+class IncompleteLedgerError(PrivacyError):
+  """The ledger did not record every lot (it was full): epsilon cannot be
+  computed from it."""
