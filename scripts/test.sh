@@ -2,6 +2,10 @@
 # Sets up both supported stacks and runs the whole test suite on each:
 #   tf221: TensorFlow 2.21, Keras 3 and tf-keras 2.21 (default)
 #   tf215: TensorFlow 2.15, tf.keras 2.15 and tf.estimator
+# TF 2.15 runs the tests not marked slow (its own code paths, the Keras 2.15
+# adapter and the Estimator, have fast tests; the slow end-to-end runs train
+# the same tf_dp code as on TF 2.21, whose tf-keras runs Keras 2's path);
+# TF_DP_SLOW_ON_ALL_STACKS=1 runs them there too.
 # Extra arguments go to pytest (e.g. -m "not slow"). The tests run in
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
@@ -22,7 +26,11 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   echo "=== stack $stack: $("$py" -c 'import tensorflow as tf, numpy; print("tensorflow", tf.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
   workers=(-n "${TF_DP_TEST_WORKERS:-2}" --dist loadfile)
   [ "${TF_DP_TEST_WORKERS:-2}" = 0 ] && workers=()
-  "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "$@" tests
+  marks=()
+  if [ "$stack" = tf215 ] && [ -z "${TF_DP_SLOW_ON_ALL_STACKS:-}" ]; then
+    marks=(-m "not slow")
+  fi
+  "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "$@" tests
   rc=$?
   if [ $rc -eq 5 ]; then
     echo "=== stack $stack: pytest collected no tests (exit 5): treated as a failure"
