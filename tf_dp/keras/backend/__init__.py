@@ -31,6 +31,8 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
   batch_norm_classes()          classes that normalise with batch statistics
   pfor_hazard_layer_classes()   layers TF's oneDNN breaks under vectorized_map
   make_randomness_per_example(layer)  independent draws per example, or raise
+  random_state_restorer(layer)  a function restoring the layer's random
+                                state as it is now (None if it has none)
   get_loss(identifier), get_optimizer(identifier)
   loss_container(model)         the compiled-loss container (None before
                                 compile)

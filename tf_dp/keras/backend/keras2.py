@@ -83,6 +83,26 @@ def make_randomness_per_example(layer):
   del layer
 
 
+def random_state_restorer(layer):
+  """A function that puts ``layer``'s random state back where it is now
+  (None if it has none): its ``tf.random.Generator`` state (augmentation
+  layers) and the Python seed a seeded legacy layer advances per call,
+  neither of which the global TF seed repeats."""
+  generator = getattr(layer, "_random_generator", None)
+  if generator is None:
+    return None
+  seed = getattr(generator, "_seed", None)  # pylint: disable=protected-access
+  tf_generator = getattr(generator, "_generator", None)  # pylint: disable=protected-access
+  state = getattr(tf_generator, "state", None)
+  saved = None if state is None else tf.identity(state)
+
+  def restore():
+    generator._seed = seed  # pylint: disable=protected-access
+    if saved is not None:
+      state.assign(saved)
+  return restore
+
+
 # --- Losses. ---
 
 

@@ -145,6 +145,21 @@ def make_randomness_per_example(layer):
         f"the same draw. Replace it with a layer that uses tf.random ops.")
 
 
+def random_state_restorer(layer):
+  """A function that puts ``layer``'s random state back where it is now
+  (None if it has none): the states of its Keras ``SeedGenerator``s, whose
+  draws the global TF seed does not repeat."""
+  states = [g.state for g in getattr(layer, "_seed_generators", ())]  # pylint: disable=protected-access
+  if not states:
+    return None
+  saved = [tf.identity(s.value) for s in states]
+
+  def restore():
+    for state, value in zip(states, saved):
+      state.assign(value)
+  return restore
+
+
 # --- Losses. ---
 
 
