@@ -208,3 +208,25 @@ def test_accounting_names_do_not_import_tensorflow():
           "compute_noise_from_budget_lib\n"
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n")
   subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _command(*flags):
+  return subprocess.run(
+      [sys.executable, "-m", "tf_dp.compat.tensorflow_privacy.privacy."
+       "analysis.compute_dp_sgd_privacy", *flags], capture_output=True,
+      text=True, check=False)
+
+
+def test_command_at_tf_privacy_module_path_with_its_flags():
+  """TF Privacy's README command (--N=60000, batch 256, noise 1.1, 60
+  epochs, delta 1e-5): the statement, with its Poisson epsilon 2.597."""
+  done = _command("--N=60000", "--batch_size=256", "--noise_multiplier=1.1",
+                  "--epochs=60", "--delta=1e-5", "--used_microbatching=false")
+  assert done.returncode == 0, done.stderr
+  assert done.stdout == lib.compute_dp_sgd_privacy_statement(
+      60000, 256, 60.0, 1.1, 1e-5, used_microbatching=False) + "\n"
+  assert "Epsilon assuming Poisson sampling (*):                      2.597" in (
+      done.stdout)
+  missing = _command("--batch_size=256", "--noise_multiplier=1.1",
+                     "--epochs=60")
+  assert missing.returncode != 0 and "--N" in missing.stderr

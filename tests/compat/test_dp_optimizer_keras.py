@@ -195,16 +195,48 @@ def test_population_size_comes_from_fit_arrays_as_in_tf_privacy_scripts():
               verbose=0)
 
 
-def test_unconverted_model_fails_at_first_step_with_the_fix():
-  """TF Privacy's optimizers worked on a plain model; tf_dp's refuse it
-  before any weight changes, naming make_private."""
-  model = K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)])
-  model.compile(tfp.DPKerasSGDOptimizer(1.0, 1.0, population_size=4), "mse")
-  before = [w.copy() for w in model.get_weights()]
-  with pytest.raises(Exception, match="make_private"):
-    model.fit(np.ones((4, 2)), np.ones((4, 1)), batch_size=4, verbose=0)
-  for a, b in zip(before, model.get_weights()):
-    np.testing.assert_array_equal(a, b)
+def _one_step(convert, optimizer_fn):
+  """A Dense(1) from 0.3 fitted once on four examples (batch 4)."""
+  x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]],
+               np.float32)
+  y = np.array([[1.0], [-1.0], [2.0], [0.0]], np.float32)
+  model = K.Sequential([K.layers.Input((2,)), K.layers.Dense(
+      1, kernel_initializer=K.initializers.Constant(0.3))])
+  if convert:
+    model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=optimizer_fn(),
+                loss=K.losses.MeanSquaredError(reduction="none"))
+  model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+  return model
+
+
+def test_compile_converts_a_plain_model_as_tf_privacy_tutorials_need():
+  """mnist_dpsgd_tutorial_keras.py compiles a plain model with
+  DPKerasSGDOptimizer: compile converts it, and its step is the step of a
+  model converted by hand (clip 0.01 binds, no noise); not the plain SGD
+  step."""
+  def dp_sgd():
+    with pytest.warns(UserWarning, match="noise_multiplier=0"):
+      return tfp.DPKerasSGDOptimizer(0.01, 0.0, 4, learning_rate=1.0)
+  compiled = _one_step(False, dp_sgd)
+  by_hand = _one_step(True, dp_sgd)
+  plain = _one_step(False, lambda: K.optimizers.SGD(1.0))
+  assert tf_dp.keras.is_private(compiled)
+  for a, b, c in zip(compiled.get_weights(), by_hand.get_weights(),
+                     plain.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-7)
+    assert np.max(np.abs(a - c)) > 0.1  # The clip changed the step.
+  assert len(compiled.optimizer.ledger.to_dict()["samples"]) == 1
+
+
+def test_vectorized_optimizers_are_the_dp_optimizers():
+  from tf_dp.compat.tensorflow_privacy.privacy.optimizers import dp_optimizer_keras_vectorized as vectorized  # pylint: disable=g-import-not-at-top
+  assert tfp.VectorizedDPKerasSGDOptimizer is tfp.DPKerasSGDOptimizer
+  assert vectorized.VectorizedDPKerasAdamOptimizer is (
+      tfp.DPKerasAdamOptimizer)
+  optimizer = tfp.VectorizedDPKerasAdagradOptimizer(
+      1.0, 1.1, learning_rate=0.1, population_size=100)
+  assert isinstance(optimizer.inner_optimizer, K.optimizers.Adagrad)
 
 
 def test_accumulation_warns_about_noise_per_lot():

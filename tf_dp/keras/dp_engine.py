@@ -69,8 +69,13 @@ class DPEngine(lot_engine.LotEngine):
     """
     cfg = self.config
     if cfg.population_size is None or cfg.population_size_inferred:
-      logging.info("tf_dp: population_size inferred from fit's arrays: "
-                   "n = %d training examples.", examples)
+      logging.info(
+          "tf_dp: population_size inferred from fit's arrays: n = %d "
+          "training examples. The ledger accounts the shuffled batches "
+          "Keras draws from them as fixed-size samples (replace-one "
+          "neighbours), so its epsilon (tf_dp.analysis."
+          "compute_epsilon_from_ledger) is larger than a Poisson-sampling "
+          "epsilon such as TF Privacy's tutorials print.", examples)
       cfg.population_size = int(examples)
       cfg.population_size_inferred = True
       self.apply_inferred_population_size()

@@ -5,8 +5,9 @@ Replace ``import tensorflow_privacy`` by
 ``tf_dp.compat.tensorflow_privacy.privacy``). What TF Privacy did not ask
 for (see ``README.md``, "Migrating from TF Privacy"):
 
-* the model is converted with ``tf_dp.keras.make_private(model)`` (or built
-  with ``DPSequential`` / ``DPModel``, which do it);
+* the model is converted with ``tf_dp.keras.make_private(model)`` (done by
+  ``tf.keras.Model.compile`` with a ``DPKeras*Optimizer``, and by
+  ``DPSequential`` / ``DPModel``);
 * the n of the accounting recorded in ``optimizer.ledger`` is taken from the
   arrays ``fit`` trains on; with a ``tf.data`` pipeline or a custom loop
   the optimizer needs ``population_size=len(x_train)``.
@@ -21,6 +22,7 @@ _PRIVACY = "tf_dp.compat.tensorflow_privacy.privacy"
 _ANALYSIS = _PRIVACY + ".analysis.compute_dp_sgd_privacy_lib"
 _QUERY = _PRIVACY + ".dp_query"
 _OPTIMIZERS = _PRIVACY + ".optimizers.dp_optimizer_keras"
+_VECTORIZED = _PRIVACY + ".optimizers.dp_optimizer_keras_vectorized"
 _MODELS = _PRIVACY + ".keras_models.dp_keras_model"
 
 # Public name -> module that defines it (TF Privacy's top-level names that
@@ -45,6 +47,10 @@ _LAZY_NAMES = {
     "DPKerasAdamOptimizer": _OPTIMIZERS,
     "DPKerasSGDOptimizer": _OPTIMIZERS,
     "make_keras_optimizer_class": _OPTIMIZERS,
+    "VectorizedDPKerasAdagradOptimizer": _VECTORIZED,
+    "VectorizedDPKerasAdamOptimizer": _VECTORIZED,
+    "VectorizedDPKerasSGDOptimizer": _VECTORIZED,
+    "make_vectorized_keras_optimizer_class": _VECTORIZED,
     "privacy": _PRIVACY,
 }
 

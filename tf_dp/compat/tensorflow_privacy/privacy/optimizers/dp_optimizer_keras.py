@@ -6,10 +6,13 @@ siblings keep TF Privacy's arguments (``*args`` and ``**kwargs`` go to the
 Keras optimizer, e.g. ``learning_rate``) and return a ``tf_dp.DPOptimizer``
 around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
 
-* The model must be converted: ``model = tf_dp.keras.make_private(model)``
-  before ``compile`` (TF Privacy computed a jacobian inside ``minimize``;
-  Keras 3 never shows an optimizer per-example losses). An unconverted
-  model fails at its first step, weights unchanged, with that fix.
+* ``tf.keras.Model.compile`` given one of these optimizers converts the
+  model with ``tf_dp.keras.make_private`` (TF Privacy computed a jacobian
+  inside ``minimize``; Keras 3 never shows an optimizer per-example
+  losses, so tf_dp's step replaces the model's). A model of another Keras
+  (``tf_keras`` beside Keras 3) must be converted by hand before
+  ``compile``; unconverted, it fails at its first step, weights unchanged,
+  with that fix.
 * ``population_size`` (keyword only), the number of training examples that
   the ledger (``optimizer.ledger``) accounts privacy with, is taken from
   the arrays ``fit`` trains on; with a ``tf.data`` pipeline or a custom
@@ -26,10 +29,12 @@ around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
   subclassing of ``DPKerasSGDOptimizer`` do not apply.
 """
 
+import functools
 import math
 import warnings
 
 from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import private_model
 
 ACCUMULATION_WARNING = (
     "gradient_accumulation_steps={k}: tf_dp adds noise of stddev "
@@ -51,11 +56,35 @@ def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
         k=gradient_accumulation_steps,
         effective=noise_multiplier * math.sqrt(gradient_accumulation_steps)),
                   UserWarning, stacklevel=3)
-  return optimizer_lib.DPOptimizer(
+  optimizer = optimizer_lib.DPOptimizer(
       keras_optimizer_cls(*args, **kwargs), l2_norm_clip=l2_norm_clip,
       noise_multiplier=noise_multiplier, num_microbatches=num_microbatches,
       gradient_accumulation_steps=gradient_accumulation_steps,
       population_size=population_size)
+  optimizer._tf_dp_convert_on_compile = True  # pylint: disable=protected-access
+  _convert_models_on_compile()
+  return optimizer
+
+
+def _convert_models_on_compile():
+  """Makes ``tf.keras.Model.compile`` (once) convert its model with
+  ``make_private`` when it is given an optimizer of this module; any other
+  ``compile`` call is unchanged."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model_class = tf.keras.Model
+  if getattr(model_class.compile, "converts_for_tf_dp", False):
+    return
+  keras_compile = model_class.compile
+
+  @functools.wraps(keras_compile)
+  def compile(self, optimizer="rmsprop", *args, **kwargs):  # pylint: disable=redefined-builtin,keyword-arg-before-vararg
+    if (getattr(optimizer, "_tf_dp_convert_on_compile", False)
+        and not private_model.is_private(self)):
+      private_model.make_private(self)
+    return keras_compile(self, optimizer, *args, **kwargs)
+
+  compile.converts_for_tf_dp = True
+  model_class.compile = compile
 
 
 def make_keras_optimizer_class(cls):
@@ -112,14 +141,13 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
       from the arrays given to ``fit`` when left out).
 
   Returns:
-    A ``tf_dp.DPOptimizer``; compile it into a model converted with
-    ``tf_dp.keras.make_private``.
+    A ``tf_dp.DPOptimizer``; ``tf.keras.Model.compile`` converts the model
+    it is compiled into with ``tf_dp.keras.make_private``.
 
   Raises:
     ValueError: on an invalid argument.
 
   Example:
-    >>> model = tf_dp.keras.make_private(model)
     >>> model.compile(optimizer=DPKerasSGDOptimizer(
     ...     l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.1,
     ...     population_size=len(x_train)), loss="mse")
