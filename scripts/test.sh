@@ -10,6 +10,7 @@
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
 # Set TF_DP_STACKS="tf221" to test one stack only.
+# Each stack also type-checks the typed packages with mypy (mypy.ini).
 # Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
 # target and runs a fast subset under Bazel (scripts/bazel_check.sh);
 # TF_DP_BAZEL=require fails when Bazel is missing, TF_DP_BAZEL=skip skips it.
@@ -38,6 +39,12 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   fi
   echo "=== stack $stack: pytest exit code $rc"
   [ $rc -eq 0 ] || status=1
+  echo "=== stack $stack: mypy (mypy.ini: the typed packages)"
+  if "$py" -m mypy; then
+    echo "=== stack $stack: mypy passed"
+  else
+    echo "=== stack $stack: mypy FAILED"; status=1
+  fi
 done
 bazel_mode="${TF_DP_BAZEL:-auto}"
 if [ "$bazel_mode" != skip ]; then

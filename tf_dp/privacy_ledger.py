@@ -19,18 +19,20 @@ the accountant's pure-Python schema (``tf_dp.analysis.ledger_schema``).
 """
 
 import json
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import ledger_schema
+from tf_dp.analysis.ledger_schema import SamplingEvent
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
+from tf_dp.dp_query.dp_query import Nest
 from tf_dp.errors import LedgerFormatError
 from tf_dp.sampling import Sampling
 
-SamplingEvent = ledger_schema.SamplingEvent
 
 # The names of ``export_buffers``'s arrays: the ledger's current sampling
 # parameters, its counters and the rows written.
@@ -90,10 +92,10 @@ class PrivacyLedger(tf.Module):
     >>> ledger = PrivacyLedger(60000, 256 / 60000)
   """
 
-  def __init__(self, population_size, sampling_probability,
-               sampling=Sampling.POISSON, examples_per_record=1,
-               max_samples=100000,
-               max_queries_per_sample=4, name="privacy_ledger"):
+  def __init__(self, population_size: int, sampling_probability: float,
+               sampling: str = Sampling.POISSON, examples_per_record: int = 1,
+               max_samples: int = 100000, max_queries_per_sample: int = 4,
+               name: str = "privacy_ledger") -> None:
     super().__init__(name=name)
     population_size = _check_population_size(population_size)
     sampling_probability = checks.check_probability("sampling_probability",
@@ -139,20 +141,21 @@ class PrivacyLedger(tf.Module):
                                         name=f"{name}/dropped_samples")
 
   @property
-  def sampling(self):
+  def sampling(self) -> Sampling:
     """The sampling kind recorded by default (eager only)."""
     return ledger_schema.sampling_kind(float(self._sampling_code.numpy()))
 
   @property
-  def max_samples(self):
+  def max_samples(self) -> int:
     return self._max_samples
 
   @property
-  def sample_count(self):
+  def sample_count(self) -> tf.Tensor:
     """Samples recorded so far plus samples dropped (a tensor, int32)."""
     return self._sample_count + self._dropped_samples
 
-  def set_sample_size(self, population_size=None, sampling_probability=None):
+  def set_sample_size(self, population_size: Optional[int] = None,
+                      sampling_probability: Optional[float] = None) -> None:
     """Changes n (and q) for the samples recorded from now on.
 
     A fixed-size sample's q is its size divided by n, so changing only n
@@ -193,8 +196,11 @@ class PrivacyLedger(tf.Module):
               "examples_per_record": per_record}
     return tf.stack([values[k] for k in ledger_schema.SAMPLE_ROW])
 
-  def record_sample(self, sum_query_events, sampling_event=None,
-                    sample_size=None, examples_per_record=None):
+  def record_sample(
+      self, sum_query_events: Nest,
+      sampling_event: Optional[SamplingEvent] = None,
+      sample_size: Optional[tf.Tensor] = None,
+      examples_per_record: Optional[tf.Tensor] = None) -> tf.Tensor:
     """Records one sample and its Gaussian sum queries (graph-safe).
 
     The sampling event is ``sampling_event`` when given; otherwise the
@@ -271,7 +277,7 @@ class PrivacyLedger(tf.Module):
             "dropped_samples": self._dropped_samples,
             "samples": self._samples, "queries": self._queries}
 
-  def export_buffers(self):
+  def export_buffers(self) -> Dict[str, Any]:
     """The ledger's state as ``{key: numpy array}`` (eager only).
 
     Keys are ``BUFFER_KEYS``: the configured sampling parameters, the
@@ -286,7 +292,7 @@ class PrivacyLedger(tf.Module):
     out["queries"] = out["queries"][:max(int(out["query_count"]), 1)]
     return out
 
-  def import_buffers(self, state):
+  def import_buffers(self, state: Mapping[str, Any]) -> None:
     """Overwrites the ledger with ``state`` (an ``export_buffers`` dict).
 
     Raises:
@@ -317,7 +323,7 @@ class PrivacyLedger(tf.Module):
         variable = variables[key]
         variable.assign(tf.cast(state[key], variable.dtype))
 
-  def to_dict(self, ledger_format=None):
+  def to_dict(self, ledger_format: Optional[str] = None) -> Dict[str, Any]:
     """The ledger as plain Python data (eager only); see ``from_dict``.
 
     Args:
@@ -331,7 +337,7 @@ class PrivacyLedger(tf.Module):
         int(self._sample_count.numpy()), int(self._query_count.numpy()),
         int(self._dropped_samples.numpy()), ledger_format)
 
-  def to_json(self, ledger_format=None):
+  def to_json(self, ledger_format: Optional[str] = None) -> str:
     """The ledger as JSON text, run-length encoded (format 2) by default.
 
     A 10^6-step run with constant hyperparameters is one run (well under
@@ -342,7 +348,8 @@ class PrivacyLedger(tf.Module):
                                    ledger_schema.CURRENT_FORMAT))
 
   @classmethod
-  def from_dict(cls, data, max_samples=None):
+  def from_dict(cls, data: Mapping[str, Any],
+                max_samples: Optional[int] = None) -> "PrivacyLedger":
     """Rebuilds a ledger (eagerly) from a ``to_dict()``/JSON export.
 
     Reads formats 1 and 2, validating every field with
@@ -371,7 +378,8 @@ class PrivacyLedger(tf.Module):
     return ledger
 
   @classmethod
-  def from_json(cls, text, max_samples=None):
+  def from_json(cls, text: str,
+                max_samples: Optional[int] = None) -> "PrivacyLedger":
     """Rebuilds a ledger from ``to_json()`` text (format 1 or 2)."""
     try:
       data = json.loads(text)
@@ -399,8 +407,10 @@ def _scatter(variable, indices, updates):
                                                        updates))
 
 
-def ledger_dict_from_buffers(samples, queries, n_samples, n_queries,
-                             dropped_samples, ledger_format=None):
+def ledger_dict_from_buffers(
+    samples: np.ndarray, queries: np.ndarray, n_samples: int, n_queries: int,
+    dropped_samples: int, ledger_format: Optional[str] = None
+) -> Dict[str, Any]:
   """Plain-data ledger from the raw buffers (also read from checkpoints).
 
   Args:
@@ -427,7 +437,8 @@ class QueryWithLedger(dp_query.DPQuery):
   noise has been added.
   """
 
-  def __init__(self, query, ledger, sampling_event=None):
+  def __init__(self, query: dp_query.DPQuery, ledger: PrivacyLedger,
+               sampling_event: Optional[SamplingEvent] = None) -> None:
     if not isinstance(query, dp_query.DPQuery):
       raise TypeError(f"query must be a DPQuery; got {query!r}.")
     if not isinstance(ledger, PrivacyLedger):
@@ -438,33 +449,36 @@ class QueryWithLedger(dp_query.DPQuery):
                             else _check_sampling_event(sampling_event))
 
   @property
-  def query(self):
+  def query(self) -> dp_query.DPQuery:
     return self._query
 
   @property
-  def ledger(self):
+  def ledger(self) -> PrivacyLedger:
     return self._ledger
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return self._query.initial_global_state()
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return self._query.derive_sample_params(global_state)
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     return self._query.initial_sample_state(template)
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     return self._query.preprocess_record(params, record)
 
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     return self._query.accumulate_preprocessed_record(sample_state,
                                                       preprocessed_record)
 
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     return self._query.merge_sample_states(sample_state_1, sample_state_2)
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     result, new_state, event = self._query.get_noised_result(sample_state,
                                                              global_state)
     written = self._ledger.record_sample(event, self._sampling_event)
@@ -472,14 +486,14 @@ class QueryWithLedger(dp_query.DPQuery):
       result = tf.nest.map_structure(tf.identity, result)
     return result, new_state, event
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     return self._query.derive_metrics(global_state)
 
-  def supports_record_scales(self):
+  def supports_record_scales(self) -> bool:
     return self._query.supports_record_scales()
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     return self._query.record_scales(params, sq_norms)
 
-  def preprocessed_sum(self, scaled_sum, extra_sum):
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     return self._query.preprocessed_sum(scaled_sum, extra_sum)

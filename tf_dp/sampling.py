@@ -29,8 +29,11 @@ class Sampling(str, enum.Enum):
   FIXED_SIZE = "fixed_size"
   SHUFFLED = "shuffled"
 
-  __str__ = str.__str__
-  __format__ = str.__format__
+  def __str__(self) -> str:
+    return self.value
+
+  def __format__(self, format_spec: str) -> str:
+    return format(self.value, format_spec)
 
   def __repr__(self) -> str:
     return repr(self.value)

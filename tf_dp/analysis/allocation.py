@@ -12,11 +12,13 @@ accountant (``tf_dp.analysis.ledger``) both call it. Pure Python.
 """
 
 import math
+from typing import Sequence
 
 from tf_dp.analysis import checks
 
 
-def effective_noise_multiplier(clips, stddevs):
+def effective_noise_multiplier(clips: Sequence[float],
+                               stddevs: Sequence[float]) -> float:
   """Eq. (1): the single-query noise multiplier of G Gaussian sum queries.
 
   Privacy contract: releasing every group's noised sum together is exactly

@@ -13,6 +13,7 @@ Epsilon after ``k`` more steps grows with ``k`` under either accountant, so
 
 import math
 import warnings
+from typing import Any, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -23,7 +24,9 @@ from tf_dp.analysis import event_accounting
 from tf_dp.analysis import search
 
 
-def epsilon_after(orders, spent_rdp, step_rdp, steps, delta):
+def epsilon_after(
+    orders: checks.FloatArray, spent_rdp: checks.FloatArray,
+    step_rdp: checks.FloatArray, steps: int, delta: float) -> float:
   """RDP epsilon of ``spent + steps * step`` at ``delta``."""
   rdp = np.asarray(spent_rdp) + steps * np.asarray(step_rdp)
   if not np.any(rdp):
@@ -43,8 +46,10 @@ def _largest_k(epsilon_of, target_epsilon, step_is_free, limit):
   return lo
 
 
-def max_additional_steps(orders, spent_rdp, step_rdp, target_epsilon, delta,
-                         limit=10 ** 9):
+def max_additional_steps(
+    orders: checks.FloatArray, spent_rdp: checks.FloatArray,
+    step_rdp: checks.FloatArray, target_epsilon: float, delta: float,
+    limit: int = 10 ** 9) -> int:
   """Largest k >= 0 with epsilon(spent + k * step) <= target (RDP curves).
 
   Returns -1 if the budget is already exceeded and ``limit`` if a step
@@ -57,9 +62,12 @@ def max_additional_steps(orders, spent_rdp, step_rdp, target_epsilon, delta,
         target_epsilon, not np.any(np.asarray(step_rdp)), limit)
 
 
-def max_additional_steps_for_events(events, next_event, target_epsilon,
-                                    delta, accountant=None, orders=None,
-                                    limit=10 ** 9):
+def max_additional_steps_for_events(events: Iterable[Tuple[Any, int]],
+                                    next_event: Any, target_epsilon: float,
+                                    delta: float,
+                                    accountant: Optional[str] = None,
+                                    orders: Optional[checks.FloatArray] = None,
+                                    limit: int = 10 ** 9) -> int:
   """Largest k >= 0 such that ``events`` plus k x ``next_event`` fit.
 
   Privacy contract: composing the recorded events and k more steps of

@@ -10,11 +10,13 @@ The command-line form is ``tf_dp-compute-noise-multiplier`` (``tf_dp.cli``).
 """
 
 import math
+from typing import Optional, Tuple
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import search
+from tf_dp.sampling import Sampling
 
 MAX_NOISE_MULTIPLIER = 1e4
 MAX_STEPS = 10 ** 9
@@ -38,9 +40,12 @@ def _check_target(target_epsilon):
                               allow_zero=False)
 
 
-def compute_noise_multiplier(n, batch_size, target_epsilon, epochs, delta,
-                             sampling="poisson", conversion=None,
-                             tolerance=1e-3, accountant=None):
+def compute_noise_multiplier(n: int, batch_size: int, target_epsilon: float,
+                             epochs: float, delta: float,
+                             sampling: str = Sampling.POISSON,
+                             conversion: Optional[str] = None,
+                             tolerance: float = 1e-3,
+                             accountant: Optional[str] = None) -> float:
   """Smallest noise multiplier (to ``tolerance``) with epsilon <= target.
 
   Privacy contract: training with the returned noise multiplier, the given
@@ -82,8 +87,11 @@ def compute_noise_multiplier(n, batch_size, target_epsilon, epochs, delta,
   return hi
 
 
-def compute_epochs(n, batch_size, noise_multiplier, target_epsilon, delta,
-                   sampling="poisson", conversion=None, accountant=None):
+def compute_epochs(n: int, batch_size: int, noise_multiplier: float,
+                   target_epsilon: float, delta: float,
+                   sampling: str = Sampling.POISSON,
+                   conversion: Optional[str] = None,
+                   accountant: Optional[str] = None) -> Tuple[float, float]:
   """Largest number of whole steps, in epochs, with epsilon <= target.
 
   Returns ``(epochs, steps)``; ``epochs = steps * batch_size / n``;
@@ -107,8 +115,11 @@ def compute_epochs(n, batch_size, noise_multiplier, target_epsilon, delta,
   return lo * per_step, lo
 
 
-def compute_batch_size(n, noise_multiplier, target_epsilon, epochs, delta,
-                       sampling="poisson", conversion=None, accountant=None):
+def compute_batch_size(n: int, noise_multiplier: float, target_epsilon: float,
+                       epochs: float, delta: float,
+                       sampling: str = Sampling.POISSON,
+                       conversion: Optional[str] = None,
+                       accountant: Optional[str] = None) -> int:
   """Largest batch size with epsilon <= target at fixed epochs.
 
   At fixed epochs a larger batch means a larger sampling rate and fewer
@@ -124,4 +135,4 @@ def compute_batch_size(n, noise_multiplier, target_epsilon, epochs, delta,
 
   if not ok(1):
     return 0
-  return search.monotone_boundary(ok, start=1, limit=n)[0]
+  return int(search.monotone_boundary(ok, start=1, limit=n)[0])

@@ -16,8 +16,12 @@ Pure Python (numpy only): no TensorFlow.
 
 import math
 import numbers
+from typing import Any, Iterable, Sequence, Tuple, Union
 
 import numpy as np
+
+# Real numbers, one per Renyi order (or per event): a list or an array.
+FloatArray = Union[Sequence[float], np.ndarray]
 
 # Renyi orders above this (other than inf) are refused: the RDP curve is
 # flat in epsilon there, and the exact sums would need that many terms.
@@ -31,14 +35,14 @@ def _scalar(value):
   return value
 
 
-def is_real(value):
+def is_real(value: Any) -> bool:
   """True for a real number (not a bool); NaN and inf included."""
   value = _scalar(value)
   return isinstance(value, numbers.Real) and not isinstance(
       value, (bool, np.bool_))
 
 
-def is_int(value):
+def is_int(value: Any) -> bool:
   """True for an integer (not a bool)."""
   value = _scalar(value)
   return isinstance(value, numbers.Integral) and not isinstance(
@@ -49,8 +53,10 @@ def _fail(name, domain, value, hint=""):
   raise ValueError(f"{name} must be {domain}; got {value!r}.{hint}")
 
 
-def check_real(name, value, low=-math.inf, high=math.inf, low_open=False,
-               high_open=False, allow_inf=True, hint=""):
+def check_real(name: str, value: Any, low: float = -math.inf,
+               high: float = math.inf, low_open: bool = False,
+               high_open: bool = False, allow_inf: bool = True,
+               hint: str = "") -> float:
   """Checks that ``value`` is a real number (not NaN) in the given interval."""
   ok = is_real(value) and not math.isnan(value)
   if ok and not allow_inf and math.isinf(value):
@@ -66,7 +72,7 @@ def check_real(name, value, low=-math.inf, high=math.inf, low_open=False,
   return float(value)
 
 
-def check_non_negative(name, value, hint=""):
+def check_non_negative(name: str, value: Any, hint: str = "") -> float:
   """Checks that ``value`` is a finite real number >= 0."""
   if not is_real(value) or math.isnan(value) or math.isinf(value) or (
       value < 0):
@@ -74,7 +80,7 @@ def check_non_negative(name, value, hint=""):
   return float(value)
 
 
-def check_positive(name, value, hint=""):
+def check_positive(name: str, value: Any, hint: str = "") -> float:
   """Checks that ``value`` is a finite real number > 0."""
   value = check_non_negative(name, value, hint)
   if value == 0:
@@ -82,14 +88,15 @@ def check_positive(name, value, hint=""):
   return value
 
 
-def check_probability(name, value, hint=""):
+def check_probability(name: str, value: Any, hint: str = "") -> float:
   """Checks that ``value`` is a real number in [0, 1]."""
   if not is_real(value) or not 0.0 <= value <= 1.0:
     _fail(name, "a probability in [0, 1]", value, hint)
   return float(value)
 
 
-def check_sampling_probability(name, value, hint=""):
+def check_sampling_probability(name: str, value: Any,
+                               hint: str = "") -> float:
   """``check_probability`` for the probability that a record is in a lot.
 
   The message also names ``q``, the symbol of the formulas.
@@ -99,7 +106,8 @@ def check_sampling_probability(name, value, hint=""):
       "lot (batch_size / n for fixed-size lots).")
 
 
-def check_noise_multiplier(name, value, allow_zero=False):
+def check_noise_multiplier(name: str, value: Any,
+                           allow_zero: bool = False) -> float:
   """Checks that ``value`` is a positive (or, if allowed, zero) real.
 
   ``inf`` is allowed: infinite noise releases nothing (epsilon 0).
@@ -113,7 +121,7 @@ def check_noise_multiplier(name, value, allow_zero=False):
   return float(value)
 
 
-def check_delta(name, value, allow_zero=False):
+def check_delta(name: str, value: Any, allow_zero: bool = False) -> float:
   """Checks that ``value`` lies in (0, 1), or in [0, 1] if ``allow_zero``."""
   if allow_zero:
     ok = is_real(value) and 0.0 <= value <= 1.0
@@ -126,7 +134,7 @@ def check_delta(name, value, allow_zero=False):
   return float(value)
 
 
-def check_epsilon(name, value, allow_zero=True):
+def check_epsilon(name: str, value: Any, allow_zero: bool = True) -> float:
   """Checks that ``value`` is a real >= 0 (> 0 unless ``allow_zero``)."""
   ok = is_real(value) and not math.isnan(value)
   ok = ok and (value >= 0 if allow_zero else value > 0)
@@ -146,7 +154,8 @@ def _integral(value, integral_float):
   return None
 
 
-def check_steps(name, value, hint="", integral_float=False):
+def check_steps(name: str, value: Any, hint: str = "",
+                integral_float: bool = False) -> int:
   """Checks that ``value`` is a non-negative integer.
 
   ``integral_float=True`` also accepts floats with an integer value (JSON
@@ -158,7 +167,8 @@ def check_steps(name, value, hint="", integral_float=False):
   return as_int
 
 
-def check_positive_int(name, value, hint="", integral_float=False):
+def check_positive_int(name: str, value: Any, hint: str = "",
+                       integral_float: bool = False) -> int:
   """Checks that ``value`` is an integer >= 1 (see ``check_steps``)."""
   as_int = _integral(value, integral_float)
   if as_int is None or as_int < 1:
@@ -166,7 +176,7 @@ def check_positive_int(name, value, hint="", integral_float=False):
   return as_int
 
 
-def check_epochs(name, value):
+def check_epochs(name: str, value: Any) -> float:
   """Checks that ``value`` is a finite real > 0 (passes over the data).
 
   ``inf`` is refused: an infinite run has no finite number of steps to
@@ -178,7 +188,7 @@ def check_epochs(name, value):
   return float(value)
 
 
-def check_dataset(n, batch_size):
+def check_dataset(n: Any, batch_size: Any) -> Tuple[int, int]:
   """Checks ``n`` (records, >= 1) and ``batch_size`` (1 <= batch_size <= n).
 
   Returns:
@@ -194,21 +204,21 @@ def check_dataset(n, batch_size):
   return n, batch_size
 
 
-def check_choice(name, value, choices):
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> Any:
   """Checks that ``value`` is one of ``choices`` (a tuple of strings)."""
   if not isinstance(value, str) or value not in choices:
     _fail(name, f"one of {tuple(choices)}", value)
   return value
 
 
-def check_tolerance(name, value):
+def check_tolerance(name: str, value: Any) -> float:
   """Checks a relative tolerance: a finite real in (0, 1)."""
   if not is_real(value) or math.isnan(value) or not 0 < value < 1:
     _fail(name, "a real number in (0, 1)", value)
   return float(value)
 
 
-def check_orders(orders):
+def check_orders(orders: Any) -> np.ndarray:
   """Returns ``orders`` as a 1-D float array of Renyi orders > 1 (inf allowed).
 
   Finite orders must be at most ``MAX_ORDER``.

@@ -11,6 +11,7 @@ reproduce published figures and as independent upper bounds.
 """
 
 import math
+from typing import Tuple
 
 import numpy as np
 
@@ -22,7 +23,8 @@ def _expm1(x):
   return math.inf if x > 709.0 else math.expm1(x)
 
 
-def advanced_composition(epsilon, delta, k, delta_prime):
+def advanced_composition(epsilon: float, delta: float, k: int,
+                         delta_prime: float) -> Tuple[float, float]:
   """k-fold adaptive composition of (epsilon, delta)-DP mechanisms.
 
   Returns ``(sqrt(2k log(1/delta')) eps + k eps (e^eps - 1), k delta + delta')``
@@ -39,7 +41,9 @@ def advanced_composition(epsilon, delta, k, delta_prime):
   return eps_total, k * delta + delta_prime
 
 
-def amplify_by_poisson_sampling(epsilon, delta, sampling_probability):
+def amplify_by_poisson_sampling(
+    epsilon: float, delta: float, sampling_probability: float
+) -> Tuple[float, float]:
   """Privacy amplification of an (eps, delta)-DP step by Poisson sampling.
 
   Returns ``(log(1 + q (e^eps - 1)), q delta)`` (Li et al. 2012, Thm. 1)
@@ -57,7 +61,7 @@ def amplify_by_poisson_sampling(epsilon, delta, sampling_probability):
   return float(np.logaddexp(0.0, log_x)), q * delta
 
 
-def gaussian_mechanism_epsilon(noise_multiplier, delta):
+def gaussian_mechanism_epsilon(noise_multiplier: float, delta: float) -> float:
   """Epsilon of the classical Gaussian mechanism: sqrt(2 log(1.25/delta))/z.
 
   ``noise_multiplier`` is the noise stddev divided by the L2 sensitivity.
@@ -69,14 +73,14 @@ def gaussian_mechanism_epsilon(noise_multiplier, delta):
   return math.sqrt(2 * math.log(1.25 / delta)) / z
 
 
-def gaussian_mechanism_noise_multiplier(epsilon, delta):
+def gaussian_mechanism_noise_multiplier(epsilon: float, delta: float) -> float:
   """Inverse of ``gaussian_mechanism_epsilon``."""
   epsilon = checks.check_epsilon("epsilon", epsilon, allow_zero=False)
   delta = checks.check_delta("delta", delta)
   return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
-def gaussian_zcdp(sensitivity, stddev):
+def gaussian_zcdp(sensitivity: float, stddev: float) -> float:
   """rho of the Gaussian mechanism: sensitivity^2 / (2 stddev^2) (Prop. 1.6)."""
   sensitivity = checks.check_real("sensitivity", sensitivity, low=0.0,
                                   allow_inf=False)
@@ -84,14 +88,14 @@ def gaussian_zcdp(sensitivity, stddev):
   return sensitivity ** 2 / (2.0 * stddev ** 2)
 
 
-def zcdp_to_dp_epsilon(rho, delta):
+def zcdp_to_dp_epsilon(rho: float, delta: float) -> float:
   """Epsilon of a rho-zCDP mechanism: rho + 2 sqrt(rho log(1/delta)) (Prop. 1.3)."""
   rho = checks.check_real("rho", rho, low=0.0)
   delta = checks.check_delta("delta", delta)
   return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
-def zcdp_rho_for_epsilon(epsilon, delta):
+def zcdp_rho_for_epsilon(epsilon: float, delta: float) -> float:
   """Largest rho with rho + 2 sqrt(rho log(1/delta)) <= epsilon (inverse)."""
   epsilon = checks.check_epsilon("epsilon", epsilon)
   delta = checks.check_delta("delta", delta)
@@ -100,8 +104,10 @@ def zcdp_rho_for_epsilon(epsilon, delta):
   return root * root
 
 
-def strong_composition_dp_sgd_epsilon(sampling_probability, noise_multiplier,
-                                      steps, delta, first_order=True):
+def strong_composition_dp_sgd_epsilon(sampling_probability: float,
+                                      noise_multiplier: float, steps: int,
+                                      delta: float,
+                                      first_order: bool = True) -> float:
   """Epsilon of DP-SGD under the strong composition theorem (Abadi et al.).
 
   Each step is (eps0, delta0)-DP for the lot by the classical Gaussian

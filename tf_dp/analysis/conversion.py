@@ -19,6 +19,7 @@ means identical output distributions and gives epsilon = 0 and delta = 0.
 
 import math
 import warnings
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -78,8 +79,10 @@ def _warn_if_edge(orders, index, what):
         f"tighter bound.", RuntimeWarning, stacklevel=3)
 
 
-def get_privacy_spent(orders, rdp, target_eps=None, target_delta=None,
-                      conversion="tight"):
+def get_privacy_spent(orders: checks.FloatArray, rdp: checks.FloatArray,
+                      target_eps: Optional[float] = None,
+                      target_delta: Optional[float] = None,
+                      conversion: str = "tight") -> Tuple[float, float, float]:
   """Converts RDP to (epsilon, delta)-DP; give exactly one target.
 
   Args:

@@ -6,10 +6,12 @@ Pure Python: no TensorFlow.
 """
 
 import importlib
+import types
 import warnings
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 
-def warn(old, new, what="name", stacklevel=3):
+def warn(old: str, new: str, what: str = "name", stacklevel: int = 3) -> None:
   """Warns that ``old`` is deprecated in favour of ``new``."""
   warnings.warn(
       f"The {what} {old!r} is deprecated and will be removed in the next "
@@ -17,7 +19,9 @@ def warn(old, new, what="name", stacklevel=3):
       stacklevel=stacklevel)
 
 
-def module_getattr(module_name, moved):
+def module_getattr(
+    module_name: str, moved: Mapping[str, Tuple[str, Optional[str]]]
+) -> Callable[[str], Any]:
   """A module ``__getattr__`` (PEP 562) for names that moved (warns).
 
   Args:
@@ -39,7 +43,8 @@ def module_getattr(module_name, moved):
   return __getattr__
 
 
-def moved_module(old_name, new_module):
+def moved_module(old_name: str,
+                 new_module: types.ModuleType) -> types.ModuleType:
   """Warns that module ``old_name`` moved to ``new_module`` (a module).
 
   Call it from the old module's file and then replace the old module by

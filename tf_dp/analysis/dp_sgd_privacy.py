@@ -10,6 +10,9 @@ The command-line form is ``tf_dp-compute-dp-sgd-privacy`` (``tf_dp.cli``).
 """
 
 import math
+from typing import Optional, Tuple
+
+import numpy as np
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import conversion as conversion_lib
@@ -22,7 +25,7 @@ ACCOUNTANTS = ("pld", "rdp")
 DEFAULT_ACCOUNTANT = "pld"
 
 
-def resolve_accountant(accountant, **rdp_options):
+def resolve_accountant(accountant: Optional[str], **rdp_options: object) -> str:
   """The accountant to use: ``accountant``, or the default if it is None.
 
   ``rdp_options`` are the RDP-only arguments a caller passed (``orders``,
@@ -41,7 +44,7 @@ def resolve_accountant(accountant, **rdp_options):
   return accountant
 
 
-def dp_sgd_steps(n, batch_size, epochs):
+def dp_sgd_steps(n: int, batch_size: int, epochs: float) -> int:
   """Number of steps of ``epochs`` passes: ceil(epochs * n / batch_size)."""
   return int(math.ceil(epochs * n / batch_size - 1e-9))
 
@@ -51,8 +54,8 @@ def _check_run(n, batch_size, epochs):
   return n, batch_size, checks.check_epochs("epochs", epochs)
 
 
-def dp_sgd_rdp(sampling_probability, noise_multiplier, steps, orders,
-               sampling):
+def dp_sgd_rdp(sampling_probability: float, noise_multiplier: float, steps: int,
+               orders: checks.FloatArray, sampling: str) -> np.ndarray:
   """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
   sampling = pld_lib.canonical_sampling(sampling)
   if sampling is Sampling.POISSON:
@@ -62,9 +65,12 @@ def dp_sgd_rdp(sampling_probability, noise_multiplier, steps, orders,
       sampling_probability, noise_multiplier, steps, orders)
 
 
-def compute_dp_sgd_privacy(n, batch_size, noise_multiplier, epochs, delta,
-                           sampling="poisson", conversion=None, orders=None,
-                           accountant=None):
+def compute_dp_sgd_privacy(
+    n: int, batch_size: int, noise_multiplier: float, epochs: float,
+    delta: float, sampling: str = Sampling.POISSON,
+    conversion: Optional[str] = None,
+    orders: Optional[checks.FloatArray] = None, accountant: Optional[str] = None
+) -> Tuple[float, float]:
   """Epsilon of DP-SGD for ``epochs`` passes over ``n`` records.
 
   Privacy contract: each step samples records with probability

@@ -18,9 +18,11 @@ examples does not sample microbatches.
 
 import collections
 import math
+from typing import Any, Counter, Iterable, Optional, Tuple
 
 import numpy as np
 
+from tf_dp.analysis import checks
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis import pld as pld_lib
@@ -35,9 +37,10 @@ from tf_dp.sampling import Sampling
 RDP_MAX_DISTINCT_EVENTS = pld_lib.DEFAULT_MAX_DISTINCT_EVENTS
 
 
-def gaussian_event_counts(runs):
+def gaussian_event_counts(
+    runs: Iterable[Tuple[Any, int]]) -> Counter[pld_lib.GaussianEvent]:
   """``Counter`` of ``pld.GaussianEvent`` -> steps (no-ops dropped)."""
-  counts = collections.Counter()
+  counts: Counter[pld_lib.GaussianEvent] = collections.Counter()
   for e, count in runs:
     sampling = Sampling.check("sampling", e.sampling).accounted_as
     if sampling is Sampling.POISSON and e.examples_per_record > 1:
@@ -51,7 +54,9 @@ def gaussian_event_counts(runs):
   return counts
 
 
-def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
+def rdp_of_runs(
+    runs: Iterable[Tuple[Any, int]], orders: Optional[checks.FloatArray] = None,
+    max_distinct_events: Optional[int] = RDP_MAX_DISTINCT_EVENTS) -> np.ndarray:
   """RDP (per order) of ``(event, count)`` runs."""
   orders = np.asarray(rdp_lib.DEFAULT_ORDERS if orders is None else orders,
                       dtype=float)
@@ -72,8 +77,10 @@ def rdp_of_runs(runs, orders=None, max_distinct_events=RDP_MAX_DISTINCT_EVENTS):
   return total
 
 
-def epsilon_of_runs(runs, delta, orders=None, conversion=None,
-                    accountant=None):
+def epsilon_of_runs(runs: Iterable[Tuple[Any, int]], delta: float,
+                    orders: Optional[checks.FloatArray] = None,
+                    conversion: Optional[str] = None,
+                    accountant: Optional[str] = None) -> Tuple[float, float]:
   """``(epsilon, optimal_order)`` of ``(event, count)`` runs.
 
   ``accountant`` is ``"pld"``, ``"rdp"`` or None (``"pld"`` unless

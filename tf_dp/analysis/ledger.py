@@ -22,27 +22,35 @@ import collections
 import json
 import math
 import warnings
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+import numpy as np
 
 from tf_dp.analysis import allocation
+from tf_dp.analysis import checks
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
 from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import LedgerFormatError
 from tf_dp.sampling import Sampling
 
-_LedgerEventFields = collections.namedtuple(
-    "LedgerEvent", ["sampling", "sampling_probability", "noise_multiplier",
-                    "population_size", "examples_per_record"])
+# A ledger in any form the accountant reads: a PrivacyLedger (anything with
+# its to_dict), its to_dict() export, or that export as JSON text.
+LedgerLike = Any
 
 
-class LedgerEvent(_LedgerEventFields):
+class LedgerEvent(NamedTuple):
   """One recorded sample as an accounting event (plain, immutable values).
 
   Fields: ``sampling`` (a ``tf_dp.sampling.Sampling``),
   ``sampling_probability`` (q), ``noise_multiplier`` (eq. (1) of the
   sample's sum queries), ``population_size`` and ``examples_per_record``.
   """
-  __slots__ = ()
+  sampling: str
+  sampling_probability: float
+  noise_multiplier: float
+  population_size: int
+  examples_per_record: int
 
 
 def _export(ledger):
@@ -62,7 +70,7 @@ def _export(ledger):
                    f"that export as JSON; got {type(ledger).__name__}.")
 
 
-def ledger_runs(ledger):
+def ledger_runs(ledger: LedgerLike) -> List[ledger_schema.Run]:
   """The validated ``ledger_schema.Run`` list of a ledger (any form).
 
   Raises:
@@ -79,7 +87,7 @@ def ledger_runs(ledger):
   return runs
 
 
-def ledger_as_dict(ledger):
+def ledger_as_dict(ledger: LedgerLike) -> Dict[str, Any]:
   """The ledger as a validated version-1 dict: one entry per sample.
 
   Kept for code that indexes ``["samples"]``; it expands every run, so
@@ -88,7 +96,7 @@ def ledger_as_dict(ledger):
   return ledger_schema.encode(ledger_runs(ledger), 0, ledger_schema.FORMAT_V1)
 
 
-def sample_noise_multiplier(sum_queries):
+def sample_noise_multiplier(sum_queries: Iterable[Any]) -> float:
   """Eq. (1): the noise multiplier of one sample's Gaussian sum queries.
 
   ``sum_queries`` holds ``{"l2_norm_clip", "noise_stddev"}`` dicts or
@@ -114,7 +122,7 @@ _SHUFFLED_WARNING = (
     "Poisson or fixed-size samplers.")
 
 
-def ledger_event_runs(ledger):
+def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
   """``(LedgerEvent, count)`` pairs: runs of identical consecutive samples.
 
   An accountant composes each event ``count`` times at once; a 10^6-step
@@ -122,7 +130,7 @@ def ledger_event_runs(ledger):
   queries reduce to the same noise multiplier (eq. (1)) share a run.
   Warns (``UserWarning``, once per call) if any sample is ``"shuffled"``.
   """
-  out = []
+  out: List[Tuple[LedgerEvent, int]] = []
   for sample, count in ledger_runs(ledger):
     event = LedgerEvent(sample.sampling, sample.sampling_probability,
                         sample_noise_multiplier(sample.sum_queries),
@@ -136,7 +144,7 @@ def ledger_event_runs(ledger):
   return out
 
 
-def ledger_events(ledger):
+def ledger_events(ledger: LedgerLike) -> List[LedgerEvent]:
   """One ``LedgerEvent`` per recorded sample (plain Python values).
 
   Expands the runs of ``ledger_event_runs`` (which warns on ``"shuffled"``
@@ -145,7 +153,9 @@ def ledger_events(ledger):
   return [e for e, count in ledger_event_runs(ledger) for _ in range(count)]
 
 
-def compute_rdp_from_ledger(ledger, orders=None):
+def compute_rdp_from_ledger(
+    ledger: LedgerLike, orders: Optional[checks.FloatArray] = None
+) -> np.ndarray:
   """RDP (per order) of everything recorded in ``ledger``.
 
   Privacy contract: Poisson samples are accounted as the Poisson-subsampled
@@ -161,8 +171,11 @@ def compute_rdp_from_ledger(ledger, orders=None):
   return event_accounting.rdp_of_runs(ledger_event_runs(ledger), orders)
 
 
-def compute_epsilon_from_ledger(ledger, delta, orders=None, conversion=None,
-                                accountant=None):
+def compute_epsilon_from_ledger(
+    ledger: LedgerLike, delta: float,
+    orders: Optional[checks.FloatArray] = None,
+    conversion: Optional[str] = None, accountant: Optional[str] = None
+) -> Tuple[float, float]:
   """(epsilon, optimal_order) of everything recorded in ``ledger``.
 
   Privacy contract: as ``compute_rdp_from_ledger``; the epsilon is an upper
@@ -188,7 +201,7 @@ def compute_epsilon_from_ledger(ledger, delta, orders=None, conversion=None,
       accountant=accountant)
 
 
-def to_dp_accounting_events(ledger):
+def to_dp_accounting_events(ledger: LedgerLike) -> List[Any]:
   """The ledger as ``dp_accounting`` events (needs the optional package).
 
   One event per run of identical samples: a ``PoissonSampledDpEvent``

@@ -32,6 +32,8 @@ changes the privacy accounting.
 import collections
 import math
 import numbers
+from typing import (Any, Dict, Iterable, List, NamedTuple, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -48,18 +50,35 @@ _FORMAT_PREFIX = "tf_dp.privacy_ledger/"
 # The buffer code of a kind is its index here (the enum's order).
 _KINDS = tuple(Sampling)
 
-SAMPLING_EVENT_KEYS = ("population_size", "sampling_probability", "sampling",
-                       "examples_per_record")
-SAMPLE_KEYS = SAMPLING_EVENT_KEYS + ("sum_queries",)
-QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
 
-# How one sample was drawn (fields may be tensors inside a TF graph).
-SamplingEvent = collections.namedtuple("SamplingEvent", SAMPLING_EVENT_KEYS)
-# One recorded sample, hashable: sum_queries is a tuple of
-# (l2_norm_clip, noise_stddev) float pairs.
-Sample = collections.namedtuple("Sample", SAMPLE_KEYS)
-# ``count`` identical consecutive samples.
-Run = collections.namedtuple("Run", ["sample", "count"])
+
+class SamplingEvent(NamedTuple):
+  """How one sample was drawn (fields may be tensors inside a TF graph)."""
+  population_size: Any
+  sampling_probability: Any
+  sampling: str
+  examples_per_record: Any
+
+
+class Sample(NamedTuple):
+  """One recorded sample, hashable: ``sum_queries`` is a tuple of
+  ``(l2_norm_clip, noise_stddev)`` float pairs."""
+  population_size: int
+  sampling_probability: float
+  sampling: str
+  examples_per_record: int
+  sum_queries: Tuple[Tuple[float, float], ...]
+
+
+class Run(NamedTuple):
+  """``count`` identical consecutive samples."""
+  sample: Sample
+  count: int  # type: ignore[assignment]  # (shadows tuple.count)
+
+
+SAMPLING_EVENT_KEYS = SamplingEvent._fields
+SAMPLE_KEYS = Sample._fields
+QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
 
 
 def _int_at_least(where, value, low):
@@ -72,7 +91,7 @@ def _real(where, value, low, high):
   return checks.check_real(where, value, low=low, high=high)
 
 
-def sampling_code(kind):
+def sampling_code(kind: str) -> int:
   """The buffer code of a sampling kind (its index in ``Sampling``).
 
   ``kind`` is a Python value (the sampling is static in a TF graph).
@@ -80,17 +99,17 @@ def sampling_code(kind):
   return _KINDS.index(Sampling.check("sampling", kind))
 
 
-def sampling_kind(code, where="sampling code"):
+def sampling_kind(code: Any, where: str = "sampling code") -> Sampling:
   """The sampling kind of a buffer code (a float or int index)."""
-  if (isinstance(code, bool) or not isinstance(code, numbers.Real)
-      or math.isnan(code) or float(code) != int(code)
-      or not 0 <= int(code) < len(_KINDS)):
+  value = (float(code) if isinstance(code, numbers.Real)
+           and not isinstance(code, bool) else math.nan)
+  if not 0 <= value < len(_KINDS) or value != int(value):
     raise LedgerFormatError(f"{where} must be an index into {_KINDS}; got "
                             f"{code!r}.")
-  return _KINDS[int(code)]
+  return _KINDS[int(value)]
 
 
-def check_query(raw, where):
+def check_query(raw: Any, where: str) -> Tuple[float, float]:
   """One sum query as a validated ``(l2_norm_clip, noise_stddev)`` pair."""
   if not isinstance(raw, dict):
     raise ValueError(f"{where} must be a dict with keys {QUERY_KEYS}; got "
@@ -104,7 +123,8 @@ def check_query(raw, where):
           _real(f"{where}.noise_stddev", raw["noise_stddev"], 0, math.inf))
 
 
-def check_sample(raw, where, extra_keys=()):
+def check_sample(raw: Any, where: str,
+                 extra_keys: Iterable[str] = ()) -> Sample:
   """One sample entry as a validated ``Sample`` (see the module docstring).
 
   ``extra_keys`` are allowed and ignored (``"count"`` in runs).
@@ -131,9 +151,9 @@ def check_sample(raw, where, extra_keys=()):
             for j, q in enumerate(queries)))
 
 
-def runs_from_samples(samples):
+def runs_from_samples(samples: Iterable[Sample]) -> List[Run]:
   """Run-length encodes an iterable of ``Sample`` into a list of ``Run``."""
-  runs = []
+  runs: List[Run] = []
   for sample in samples:
     if runs and runs[-1].sample == sample:
       runs[-1] = Run(sample, runs[-1].count + 1)
@@ -142,9 +162,9 @@ def runs_from_samples(samples):
   return runs
 
 
-def merge_runs(runs):
+def merge_runs(runs: Iterable[Run]) -> List[Run]:
   """Merges consecutive runs of equal samples (counts add)."""
-  out = []
+  out: List[Run] = []
   for run in runs:
     if out and out[-1].sample == run.sample:
       out[-1] = Run(run.sample, out[-1].count + run.count)
@@ -156,7 +176,8 @@ def merge_runs(runs):
 def _runs_from_v1_entries(entries):
   """Runs of version-1 entries; an entry equal to the previous raw entry
   (a fast dict comparison) is not validated again."""
-  runs, previous = [], None
+  runs: List[Run] = []
+  previous = None
   for i, raw in enumerate(entries):
     if runs and isinstance(raw, dict) and raw == previous:
       runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
@@ -184,7 +205,7 @@ def _check_format(data):
                    f"{READABLE_FORMATS}; got {fmt!r}.")
 
 
-def decode(data):
+def decode(data: Any) -> Tuple[List[Run], int]:
   """Validates a ledger export (version 1 or 2) and returns its runs.
 
   Args:
@@ -230,7 +251,7 @@ def _decode(data):
   return runs, dropped
 
 
-def sample_to_dict(sample):
+def sample_to_dict(sample: Sample) -> Dict[str, Any]:
   """A ``Sample`` as a (fresh) JSON-ready dict."""
   entry = dict(sample._asdict())
   entry["sum_queries"] = [dict(zip(QUERY_KEYS, q))
@@ -238,7 +259,8 @@ def sample_to_dict(sample):
   return entry
 
 
-def encode(runs, dropped_samples, ledger_format=CURRENT_FORMAT):
+def encode(runs: Sequence[Run], dropped_samples: int,
+           ledger_format: str = CURRENT_FORMAT) -> Dict[str, Any]:
   """The export dict of ``runs`` in ``ledger_format`` (1: one entry each)."""
   if ledger_format == FORMAT_V1:
     samples = [sample_to_dict(r.sample) for r in runs for _ in range(r.count)]
@@ -256,7 +278,7 @@ def encode(runs, dropped_samples, ledger_format=CURRENT_FORMAT):
                    f"{ledger_format!r}.")
 
 
-def total_samples(runs):
+def total_samples(runs: Iterable[Run]) -> int:
   """The number of samples (steps) in ``runs``."""
   return sum(r.count for r in runs)
 
@@ -268,7 +290,7 @@ SAMPLE_ROW = ("population_size", "sampling_probability", "sampling_code",
 QUERY_ROW = ("sample_index",) + QUERY_KEYS
 
 
-def sample_row(event):
+def sample_row(event: Union[SamplingEvent, Sample]) -> List[Any]:
   """The buffer row of a ``SamplingEvent`` (or ``Sample``): its fields in
   ``SAMPLE_ROW`` order, the sampling as its code. Works on tensors too."""
   values = dict(event._asdict(), sampling_code=sampling_code(event.sampling))
@@ -292,7 +314,8 @@ def _sample_boundaries(rows, qrows, idx, counts):
   return differs
 
 
-def runs_from_buffers(samples, queries, n_samples, n_queries):
+def runs_from_buffers(samples: Any, queries: Any, n_samples: int,
+                      n_queries: int) -> List[Run]:
   """The ``Run`` list recorded in PrivacyLedger buffers (numpy arrays).
 
   Consecutive identical samples are found with vectorised comparisons, so
@@ -314,7 +337,7 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
   starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
   first = np.flatnonzero(_sample_boundaries(rows, qrows, idx, counts))
   ends = np.append(first[1:], len(rows))
-  runs = []
+  runs: List[Run] = []
   for i, end in zip(first, ends):
     row = dict(zip(SAMPLE_ROW, rows[i]))
     sample = Sample(
@@ -328,7 +351,7 @@ def runs_from_buffers(samples, queries, n_samples, n_queries):
   return runs
 
 
-def buffers_from_runs(runs):
+def buffers_from_runs(runs: Sequence[Run]) -> Tuple[np.ndarray, np.ndarray]:
   """``(sample_rows, query_rows)`` arrays that record ``runs`` in order."""
   counts = np.array([r.count for r in runs], dtype=int)
   rows = np.array([sample_row(r.sample) for r in runs],

@@ -16,6 +16,7 @@ This equals the classic RDP conversion at order ``lambda + 1``.
 """
 
 import math
+from typing import Optional, Tuple
 
 import numpy as np
 from scipy import integrate
@@ -40,7 +41,8 @@ def _integrate_log(log_f, lo, hi, points):
   return math.log(value) + shift
 
 
-def log_moment(sampling_probability, noise_multiplier, lam):
+def log_moment(sampling_probability: float, noise_multiplier: float,
+               lam: int) -> float:
   """alpha(lambda) of one subsampled Gaussian step, by quadrature.
 
   ``sampling_probability`` is q, the probability that a record is in the
@@ -71,8 +73,10 @@ def log_moment(sampling_probability, noise_multiplier, lam):
   return max(log_e1, log_e2)
 
 
-def moments_accountant_epsilon(sampling_probability, noise_multiplier, steps,
-                               delta, max_lambda=DEFAULT_MAX_LAMBDA):
+def moments_accountant_epsilon(
+    sampling_probability: float, noise_multiplier: float, steps: int,
+    delta: float, max_lambda: int = DEFAULT_MAX_LAMBDA
+) -> Tuple[float, Optional[int]]:
   """Epsilon of ``steps`` DP-SGD steps by Abadi et al.'s moments accountant.
 
   Privacy contract: same mechanism and neighbouring relation as
@@ -91,7 +95,7 @@ def moments_accountant_epsilon(sampling_probability, noise_multiplier, steps,
   """
   steps = checks.check_steps("steps", steps)
   delta = checks.check_delta("delta", delta)
-  best = (math.inf, None)
+  best: Tuple[float, Optional[int]] = (math.inf, None)
   for lam in range(1, checks.check_positive_int("max_lambda",
                                                 max_lambda) + 1):
     alpha = log_moment(sampling_probability, noise_multiplier, lam)

@@ -43,6 +43,7 @@ Example:
 import collections
 import dataclasses
 import math
+from typing import Counter, Dict, List, Mapping, Optional, Tuple
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import pld_discrete
@@ -70,11 +71,11 @@ class GaussianEvent:
     noise_multiplier: Noise stddev divided by the clip norm C; ``inf``
       means nothing was released, ``0`` means no noise (epsilon = inf).
   """
-  sampling: str
+  sampling: Sampling
   sampling_probability: float
   noise_multiplier: float
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     object.__setattr__(self, "sampling", canonical_sampling(self.sampling))
     object.__setattr__(self, "sampling_probability", checks.
                        check_probability("sampling_probability",
@@ -85,12 +86,12 @@ class GaussianEvent:
                                               allow_zero=True))
 
   @property
-  def is_noop(self):
+  def is_noop(self) -> bool:
     return (self.sampling_probability == 0
             or math.isinf(self.noise_multiplier))
 
   @property
-  def is_non_private(self):
+  def is_non_private(self) -> bool:
     return not self.is_noop and self.noise_multiplier == 0
 
 
@@ -118,8 +119,10 @@ class PLDAccountant:
     >>> eps = acc.get_epsilon(1e-5)
   """
 
-  def __init__(self, value_discretization_interval=None, tail_mass=None,
-               max_distinct_events=DEFAULT_MAX_DISTINCT_EVENTS):
+  def __init__(
+      self, value_discretization_interval: Optional[float] = None,
+      tail_mass: Optional[float] = None,
+      max_distinct_events: Optional[int] = DEFAULT_MAX_DISTINCT_EVENTS) -> None:
     h = (DEFAULT_VALUE_DISCRETIZATION_INTERVAL
          if value_discretization_interval is None
          else value_discretization_interval)
@@ -132,15 +135,15 @@ class PLDAccountant:
                           checks.check_positive_int(
                               "max_distinct_events", max_distinct_events,
                               " None composes every event exactly."))
-    self._counts = collections.Counter()
+    self._counts: Counter[GaussianEvent] = collections.Counter()
     self._non_private = False
     self._cache = None
 
   @property
-  def value_discretization_interval(self):
+  def value_discretization_interval(self) -> float:
     return self._h
 
-  def compose(self, event, count=1):
+  def compose(self, event: GaussianEvent, count: int = 1) -> "PLDAccountant":
     """Adds ``count`` repetitions of ``event``; returns ``self``."""
     if not isinstance(event, GaussianEvent):
       raise ValueError(f"event must be a GaussianEvent; got {event!r}.")
@@ -171,7 +174,8 @@ class PLDAccountant:
     return self._cache
 
   def _compose_on_grid(self, h):
-    tracks = {"remove": [], "add": []}
+    tracks: Dict[str, List[Tuple[pld_discrete.DiscretePld, int]]] = {
+        "remove": [], "add": []}
     counts = coarsen_events(self._counts, self._max_distinct)
     for event, count in counts.items():
       q, sigma = event.sampling_probability, event.noise_multiplier
@@ -188,14 +192,14 @@ class PLDAccountant:
     return [pld_discrete.compose_all(plds, self._tail, h)
             for plds in tracks.values()]
 
-  def get_delta(self, epsilon):
+  def get_delta(self, epsilon: float) -> float:
     """Smallest delta such that the composition is (epsilon, delta)-DP."""
     epsilon = checks.check_epsilon("epsilon", epsilon)
     if self._non_private:
       return 1.0
     return min(1.0, max(p.get_delta(epsilon) for p in self._orderings()))
 
-  def get_epsilon(self, delta):
+  def get_epsilon(self, delta: float) -> float:
     """Smallest epsilon such that the composition is (epsilon, delta)-DP."""
     delta = checks.check_delta("delta", delta)
     if self._non_private:
@@ -203,7 +207,8 @@ class PLDAccountant:
     return max(p.get_epsilon(delta) for p in self._orderings())
 
 
-def coarsen_events(counts, max_distinct):
+def coarsen_events(counts: Mapping[GaussianEvent, int],
+                   max_distinct: Optional[int]) -> Mapping[GaussianEvent, int]:
   """Merges events into at most ~``max_distinct`` pessimistic classes.
 
   When there are more distinct events than ``max_distinct``, noise
@@ -218,7 +223,7 @@ def coarsen_events(counts, max_distinct):
   """
   if not max_distinct or len(counts) <= max_distinct:
     return counts
-  out = collections.Counter()
+  out: Counter[GaussianEvent] = collections.Counter()
   for sampling in ACCOUNTED:
     events = {e: c for e, c in counts.items() if e.sampling == sampling}
     if not events:
@@ -239,7 +244,7 @@ def coarsen_events(counts, max_distinct):
   return out
 
 
-def canonical_sampling(sampling):
+def canonical_sampling(sampling: object) -> Sampling:
   """``sampling``, checked: ``"poisson"`` or ``"fixed_size"``.
 
   Raises:
@@ -248,15 +253,18 @@ def canonical_sampling(sampling):
   return Sampling.check("sampling", sampling, ACCOUNTED)
 
 
-def single_event_pld(direction, q, sigma, sens, h, tail_mass):
+def single_event_pld(direction: str, q: float, sigma: float, sens: float,
+                     h: float, tail_mass: float) -> pld_discrete.DiscretePld:
   """Connect-the-dots discrete PLD of one subsampled Gaussian pair."""
   lo, hi = pld_gaussian.loss_range(direction, q, sigma, sens, tail_mass)
   return pld_discrete.DiscretePld.from_profile(
       pld_gaussian.privacy_profile(direction, q, sigma, sens), lo, hi, h)
 
 
-def dp_sgd_pld_epsilon(sampling_probability, noise_multiplier, steps, delta,
-                       sampling=Sampling.POISSON, value_discretization_interval=None):
+def dp_sgd_pld_epsilon(
+    sampling_probability: float, noise_multiplier: float, steps: int,
+    delta: float, sampling: str = Sampling.POISSON,
+    value_discretization_interval: Optional[float] = None) -> float:
   """Epsilon of ``steps`` identical DP-SGD steps by PLD accounting.
 
   Privacy contract: as ``PLDAccountant`` for ``steps`` repetitions of

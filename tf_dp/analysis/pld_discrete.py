@@ -41,6 +41,7 @@ argument; negative FFT noise is clipped to 0. Its effect on delta is below
 """
 
 import math
+from typing import Callable, Sequence, Tuple
 
 import numpy as np
 from scipy import fft as sp_fft
@@ -64,19 +65,21 @@ class DiscretePld:
 
   __slots__ = ("h", "lo", "pmf", "inf_mass")
 
-  def __init__(self, h, lo, pmf, inf_mass):
+  def __init__(self, h: float, lo: int, pmf: np.ndarray,
+               inf_mass: float) -> None:
     self.h = float(h)
     self.lo = int(lo)
     self.pmf = np.asarray(pmf, dtype=float)
     self.inf_mass = float(min(max(inf_mass, 0.0), 1.0))
 
   @classmethod
-  def identity(cls, h):
+  def identity(cls, h: float) -> "DiscretePld":
     """The PLD of a mechanism that releases nothing: loss 0 with mass 1."""
     return cls(h, 0, np.ones(1), 0.0)
 
   @classmethod
-  def from_profile(cls, profile, eps_lo, eps_hi, h):
+  def from_profile(cls, profile: Callable[[np.ndarray], np.ndarray],
+                   eps_lo: float, eps_hi: float, h: float) -> "DiscretePld":
     """Connect-the-dots PLD of ``profile`` on the knots in [eps_lo, eps_hi].
 
     Args:
@@ -101,10 +104,10 @@ class DiscretePld:
     return cls(h, i_lo, np.maximum(mass, 0.0), delta[-1])
 
   @property
-  def losses(self):
+  def losses(self) -> np.ndarray:
     return (self.lo + np.arange(len(self.pmf))) * self.h
 
-  def truncate(self, tail_mass):
+  def truncate(self, tail_mass: float) -> "DiscretePld":
     """Moves the lower tail up and the upper tail to +inf (pessimistic)."""
     pmf = np.maximum(self.pmf, 0.0)
     below = np.cumsum(pmf)
@@ -120,7 +123,7 @@ class DiscretePld:
     return DiscretePld(self.h, self.lo + start, kept,
                        self.inf_mass + moved_to_inf)
 
-  def compose(self, other, tail_mass):
+  def compose(self, other: "DiscretePld", tail_mass: float) -> "DiscretePld":
     """The PLD of both mechanisms run on the same data (convolution)."""
     if other.h != self.h:
       raise ValueError(f"Grids differ: h={self.h} and h={other.h}.")
@@ -129,18 +132,18 @@ class DiscretePld:
         1.0 - (1.0 - self.inf_mass) * (1.0 - other.inf_mass)).truncate(
             tail_mass)
 
-  def self_compose(self, count, tail_mass):
+  def self_compose(self, count: int, tail_mass: float) -> "DiscretePld":
     """``count`` independent copies (see ``compose_all``)."""
     return compose_all([(self, count)], tail_mass, self.h)
 
-  def get_delta(self, epsilon):
+  def get_delta(self, epsilon: float) -> float:
     """delta(epsilon) of this PLD (exact for the discrete distribution)."""
     losses = self.losses
     above = losses > epsilon
     return self.inf_mass + float(np.sum(
         self.pmf[above] * -np.expm1(epsilon - losses[above])))
 
-  def get_epsilon(self, delta):
+  def get_epsilon(self, delta: float) -> float:
     """Smallest epsilon >= 0 with delta(epsilon) <= ``delta``.
 
     With ``S1_j = sum_{k>j} pmf_k`` and the discounted tail
@@ -252,7 +255,8 @@ def _folded(pmf, size):
   return padded.reshape(-1, size).sum(axis=0)
 
 
-def compose_all(items, tail_mass, h):
+def compose_all(items: Sequence[Tuple["DiscretePld", int]], tail_mass: float,
+                h: float) -> "DiscretePld":
   """Composes ``(pld, count)`` pairs with one product of spectra.
 
   The window ``[lo, hi]`` of the composed losses is chosen by Chernoff

@@ -53,6 +53,7 @@ Pairs used (``q`` the sampling probability):
 """
 
 import math
+from typing import Callable, Tuple
 
 import numpy as np
 from scipy import special
@@ -107,7 +108,8 @@ def _remove_loss(o, q, sigma, sens):
                       / (2 * sigma ** 2))
 
 
-def privacy_profile(direction, q, sigma, sens):
+def privacy_profile(direction: str, q: float, sigma: float,
+                    sens: float) -> Callable[[np.ndarray], np.ndarray]:
   """The function eps -> delta(eps) of one pair (vectorised over eps)."""
   if direction not in DIRECTIONS:
     raise ValueError(f"direction must be one of {DIRECTIONS}; got "
@@ -119,7 +121,8 @@ def privacy_profile(direction, q, sigma, sens):
   return lambda eps: fn(eps, q, sigma, sens)
 
 
-def loss_range(direction, q, sigma, sens, tail_mass):
+def loss_range(direction: str, q: float, sigma: float, sens: float,
+               tail_mass: float) -> Tuple[float, float]:
   """(eps_lo, eps_hi) outside which at most ``tail_mass`` of P lies.
 
   Below eps_lo the connect-the-dots construction moves mass up; above

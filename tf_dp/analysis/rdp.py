@@ -36,6 +36,7 @@ so long heterogeneous ledgers are accounted quickly.
 """
 
 import math
+from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 from scipy import special
@@ -230,7 +231,9 @@ def _orders_array(orders):
                              else orders)
 
 
-def compute_rdp(sampling_probability, noise_multiplier, steps, orders=None):
+def compute_rdp(sampling_probability: float, noise_multiplier: float,
+                steps: int,
+                orders: Optional[checks.FloatArray] = None) -> np.ndarray:
   """RDP of ``steps`` compositions of the Poisson-subsampled Gaussian.
 
   Privacy contract: valid for add/remove-one neighbouring datasets when each
@@ -269,7 +272,9 @@ def compute_rdp(sampling_probability, noise_multiplier, steps, orders=None):
   return _rdp_per_step(q, np.array([noise_multiplier]), orders)[0] * steps
 
 
-def compute_heterogeneous_rdp(events, orders=None):
+def compute_heterogeneous_rdp(
+    events: Iterable[Tuple[float, float, int]],
+    orders: Optional[checks.FloatArray] = None) -> np.ndarray:
   """RDP of a composition of differently parameterised Gaussian steps.
 
   Args:
@@ -283,7 +288,7 @@ def compute_heterogeneous_rdp(events, orders=None):
     additively at every order).
   """
   orders = _orders_array(orders)
-  groups = {}
+  groups: Dict[float, Dict[float, int]] = {}
   for i, event in enumerate(events):
     if not isinstance(event, (tuple, list)) or len(event) != 3:
       raise ValueError(f"events[{i}] must be a (sampling_probability, "

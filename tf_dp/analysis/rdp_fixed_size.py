@@ -43,6 +43,7 @@ dp_accounting do, report the same numbers for ``noise_multiplier / 2``.)
 
 import functools
 import math
+from typing import Optional
 
 import numpy as np
 from scipy import special
@@ -113,8 +114,9 @@ def _cgf_int(gamma, mu, alpha):
   return min(float(special.logsumexp(terms)), base_cgf)
 
 
-def compute_rdp_fixed_size(sampling_probability, noise_multiplier, steps,
-                           orders=None):
+def compute_rdp_fixed_size(
+    sampling_probability: float, noise_multiplier: float, steps: int,
+    orders: Optional[checks.FloatArray] = None) -> np.ndarray:
   """RDP of ``steps`` Gaussian sums on fixed-size samples without replacement.
 
   Privacy contract: valid for replace-one neighbouring datasets when each

@@ -9,10 +9,13 @@ upper bound); ``monotone_boundary`` then bisects that bracket.
 calibration all call them.
 """
 
+from typing import Callable, Optional, Tuple
+
 from tf_dp.analysis import checks
 
 
-def bracket(predicate, start, limit):
+def bracket(predicate: Callable[[float], bool], start: float,
+            limit: float) -> Tuple[float, Optional[float]]:
   """Doubles away from ``start`` until a monotone predicate fails.
 
   ``predicate`` must be True at ``start`` (not evaluated there) and, once
@@ -42,7 +45,10 @@ def bracket(predicate, start, limit):
     gap *= 2
 
 
-def monotone_boundary(predicate, start, limit, integer=True, tolerance=None):
+def monotone_boundary(
+    predicate: Callable[[float], bool], start: float, limit: float,
+    integer: bool = True, tolerance: Optional[float] = None
+) -> Tuple[float, Optional[float]]:
   """Brackets the point where a monotone predicate turns from True to False.
 
   ``predicate`` must be True at ``start`` (not evaluated there) and, once
@@ -66,12 +72,11 @@ def monotone_boundary(predicate, start, limit, integer=True, tolerance=None):
   Raises:
     ValueError: if a real-valued search has no valid ``tolerance``.
   """
-  if not integer:
-    tolerance = checks.check_tolerance("tolerance", tolerance)
+  tol = 0.0 if integer else checks.check_tolerance("tolerance", tolerance)
   lo, hi = bracket(predicate, start, limit)
   if hi is None:
     return lo, None
-  while (hi - lo > 1) if integer else (hi - lo > max(tolerance * hi, 1e-12)):
+  while (hi - lo > 1) if integer else (hi - lo > max(tol * hi, 1e-12)):
     mid = (lo + hi) // 2 if integer else (lo + hi) / 2
     if predicate(mid):
       lo = mid

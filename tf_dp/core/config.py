@@ -9,7 +9,7 @@ import dataclasses
 import math
 import numbers
 import warnings
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
@@ -167,14 +167,14 @@ class DPConfig:
     if self.sampling is Sampling.POISSON and self.sampling_probability is None:
       self.sampling_probability = float(ledger.sampling_probability.numpy())
 
-  def population_size_deferred(self):
+  def population_size_deferred(self) -> bool:
     """Whether ``population_size`` may come later, from the length of the
     arrays given to ``fit`` (shuffled sampling, the optimizer's own
     ledger)."""
     return (self.sampling is Sampling.SHUFFLED and self.ledger is None
             and not isinstance(self.dp_query, QueryWithLedger))
 
-  def to_dict(self):
+  def to_dict(self) -> Dict[str, Any]:
     """The arguments of an equal configuration (without ``dp_query`` and
     ``ledger``); an n inferred for a running ``fit`` is left out."""
     out = dataclasses.asdict(self)

@@ -18,9 +18,14 @@ formed it (``tf_dp.core.lot_engine`` for Keras, the Estimator optimizers):
    ``q * n`` (Poisson, a public constant: the size drawn is private).
 """
 
+from typing import Any, List, Optional, Sequence, Tuple, cast
+
 import tensorflow as tf
 
+from tf_dp.core.config import DPConfig
 from tf_dp.dp_query import allocation
+from tf_dp.dp_query.dp_query import DPQuery
+from tf_dp.dp_query.dp_query import Nest
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
@@ -30,7 +35,8 @@ from tf_dp.sampling import Sampling
 GLOBAL_STATE_NAME = "dp_global_state"
 
 
-def gradient_query(config, templates):
+def gradient_query(config: DPConfig,
+                   templates: Nest) -> Tuple[DPQuery, Optional[PrivacyLedger]]:
   """The query that clips and noises the gradients, and its own ledger.
 
   Privacy contract: the query is ``config.dp_query`` (unwrapped from a
@@ -53,8 +59,8 @@ def gradient_query(config, templates):
       ``config.population_size``.
   """
   query, ledger = config.dp_query, None
-  if isinstance(query, QueryWithLedger):
-    query, ledger = query.query, query.ledger
+  if isinstance(config.dp_query, QueryWithLedger):
+    query, ledger = config.dp_query.query, config.dp_query.ledger
     ledger_n = int(ledger.population_size.numpy())
     if config.population_size not in (None, ledger_n):
       raise SamplingMismatchError(
@@ -63,15 +69,17 @@ def gradient_query(config, templates):
           f"accounted with the ledger's n. Build the ledger with "
           f"PrivacyLedger({config.population_size}, ...).")
   if query is None:
-    query = allocation.build_query(templates, config.l2_norm_clip,
-                                   config.noise_multiplier,
+    # Validated as numbers by DPConfig when there is no dp_query.
+    query = allocation.build_query(templates,
+                                   cast(float, config.l2_norm_clip),
+                                   cast(float, config.noise_multiplier),
                                    clipping=config.clipping,
                                    noise=config.noise_allocation,
                                    secure_mode=config.secure_mode)
   return query, ledger
 
 
-def new_ledger(config, name="privacy_ledger"):
+def new_ledger(config: DPConfig, name: str = "privacy_ledger") -> PrivacyLedger:
   """A ledger for the lots of ``config``: its n (1 until a deferred n is
   known), its sampling and q (``1 / n`` until a fixed-size lot records what
   was drawn), one example per record, room for ``config.max_lots`` lots."""
@@ -81,29 +89,30 @@ def new_ledger(config, name="privacy_ledger"):
                        max_samples=config.max_lots, name=name)
 
 
-def variables_like(structure, name):
+def variables_like(structure: Nest, name: str) -> Nest:
   """Non-trainable variables initialised to the tensors of ``structure``."""
   return tf.nest.map_structure(
       lambda t: tf.Variable(t, trainable=False, name=name), structure)
 
 
-def global_state_variables(query):
+def global_state_variables(query: DPQuery) -> Nest:
   """Non-trainable variables holding ``query``'s initial global state."""
   return variables_like(query.initial_global_state(), GLOBAL_STATE_NAME)
 
 
-def read(variables):
+def read(variables: Nest) -> Nest:
   """The current values of a structure of variables."""
   return tf.nest.map_structure(lambda v: v.read_value(), variables)
 
 
-def assign(variables, values):
+def assign(variables: Nest, values: Nest) -> tf.Operation:
   """One op assigning ``values`` (cast to each variable's dtype)."""
   return tf.group(tf.nest.flatten(tf.nest.map_structure(
       lambda v, x: v.assign(tf.cast(x, v.dtype)), variables, values)))
 
 
-def denominator(config, ledger, records):
+def denominator(config: DPConfig, ledger: PrivacyLedger,
+                records: tf.Tensor) -> tf.Tensor:
   """What the lot's noised sum is divided by (float32).
 
   ``q * n`` for Poisson lots (``config.sampling_probability`` and the
@@ -116,7 +125,8 @@ def denominator(config, ledger, records):
   return tf.cast(records, tf.float32)
 
 
-def sampling_event(config, ledger, records, examples):
+def sampling_event(config: DPConfig, ledger: PrivacyLedger, records: tf.Tensor,
+                   examples: tf.Tensor) -> SamplingEvent:
   """How one lot was drawn, as the ledger records it.
 
   Everything comes from ``config`` (what the step does) and from what was
@@ -150,7 +160,10 @@ def sampling_event(config, ledger, records, examples):
   return SamplingEvent(n, q, config.sampling, per_record)
 
 
-def release(query, lot, global_state, ledger, config, records, examples):
+def release(query: DPQuery, lot: Nest, global_state: Nest,
+            ledger: PrivacyLedger, config: DPConfig,
+            records: tf.Tensor,
+            examples: tf.Tensor) -> Tuple[Nest, tf.Tensor, List[Any]]:
   """Noises a lot once, records it once, and advances the query's state.
 
   Privacy contract: ``query.get_noised_result`` adds the query's noise to
@@ -182,7 +195,8 @@ def release(query, lot, global_state, ledger, config, records, examples):
   return result, denominator(config, ledger, records), [written, advanced]
 
 
-def mean(noised_sum, denominator_value, updates):
+def mean(noised_sum: Sequence[tf.Tensor], denominator_value: tf.Tensor,
+         updates: Sequence[Any]) -> List[tf.Tensor]:
   """The flat list of ``noised_sum / denominator``, read after ``updates``
   (the ledger sample and every state update of the release)."""
   with tf.control_dependencies(updates):

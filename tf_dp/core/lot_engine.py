@@ -21,10 +21,14 @@ lot is not. The noise key is no part of any of them: it lives in the
 process only (``tf_dp.dp_query.noise``).
 """
 
+from typing import Any, Callable, Dict, List, Optional
+
 import tensorflow as tf
 
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
+from tf_dp.dp_query.dp_query import DPQuery
+from tf_dp.dp_query.dp_query import Nest
 from tf_dp.dp_query.nested_query import NestedQuery
 from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import QueryWithLedger
@@ -81,13 +85,15 @@ class LotEngine(tf.Module):
     ...                  apply_fn=lambda mean: ...)
   """
 
-  def __init__(self, config, name="tf_dp_engine"):
+  def __init__(self, config: config_lib.DPConfig,
+               name: str = "tf_dp_engine") -> None:
     super().__init__(name=name)
     self.config = config
     # Without population_size (inferred later from fit's arrays) the ledger
     # starts with n = 1; no batch is added before n is known.
     self.ledger = config.ledger or lot_lib.new_ledger(config)
-    self._query = None
+    # Set by build_query, before any use (``built``).
+    self._query: NestedQuery = None  # type: ignore[assignment]
     self._built = False
     # Lots that may be released in total (ledger samples); a PrivacyBudget
     # lowers it so that a step that would cross the budget never runs,
@@ -123,15 +129,15 @@ class LotEngine(tf.Module):
     self.oversized_lots.assign(0)
 
   @property
-  def query(self):
+  def query(self) -> Optional[NestedQuery]:
     """The ``NestedQuery`` of the parts (None until built)."""
     return self._query
 
   @property
-  def built(self):
+  def built(self) -> bool:
     return self._built
 
-  def build_query(self, parts, templates):
+  def build_query(self, parts: Dict[str, DPQuery], templates: Nest) -> None:
     """Creates the lots' query and its state variables, once.
 
     One sample, several sum queries (McMahan & Andrew 2018, Sec. 3): the
@@ -165,39 +171,39 @@ class LotEngine(tf.Module):
         tf.Variable(0, trainable=False, name="batches_in_lot"))
     self._built = True
 
-  def part_query(self, part):
+  def part_query(self, part: str) -> DPQuery:
     """The ``DPQuery`` of one part (e.g. ``GRADIENTS``)."""
     return self._query.queries[part]
 
   @property
-  def gradient_query(self):
+  def gradient_query(self) -> DPQuery:
     """The query that clips and noises the gradients."""
     return self.part_query(GRADIENTS)
 
-  def sample_params(self):
+  def sample_params(self) -> Nest:
     """Every part's sample parameters, from the current global state."""
     return self._query.derive_sample_params(lot_lib.read(self.global_state))
 
   @property
-  def lot_state(self):
+  def lot_state(self) -> Nest:
     return self._open_lot.state
 
   @property
-  def lot_records(self):
+  def lot_records(self) -> tf.Variable:
     return self._open_lot.records
 
   @property
-  def lot_examples(self):
+  def lot_examples(self) -> tf.Variable:
     return self._open_lot.examples
 
   @property
-  def batches_in_lot(self):
+  def batches_in_lot(self) -> tf.Variable:
     return self._open_lot.batches
 
   def _empty_lot(self):
     return self._query.initial_sample_state(self._templates)
 
-  def recorded_population_size(self):
+  def recorded_population_size(self) -> Optional[int]:
     """The n that the next ledger sample will record (eager).
 
     The ledger's current n: the one ``config.dp_query``'s
@@ -209,7 +215,7 @@ class LotEngine(tf.Module):
       ledger = self.config.dp_query.ledger
     return int(ledger.population_size.numpy())
 
-  def require_population_size(self):
+  def require_population_size(self) -> None:
     """Raises unless n, which every ledger sample records, is known.
 
     Raises:
@@ -221,7 +227,7 @@ class LotEngine(tf.Module):
       raise PrivacyError("population_size is unknown. " +
                        config_lib.POPULATION_SIZE_REQUIRED)
 
-  def microbatches_per_replica(self):
+  def microbatches_per_replica(self) -> Optional[int]:
     """Microbatches of this replica's batch, or None (per-example records).
 
     ``num_microbatches`` counts microbatches of the global batch: under a
@@ -244,7 +250,8 @@ class LotEngine(tf.Module):
           f"of {replicas}.")
     return total // replicas
 
-  def add_batch(self, batch_sum, records, examples, apply_fn):
+  def add_batch(self, batch_sum: Nest, records: tf.Tensor, examples: tf.Tensor,
+                apply_fn: Callable[..., Any]) -> Any:
     """Adds a batch's clipped sum to the lot; on the lot's last batch,
     releases the lot and applies its mean.
 
@@ -339,7 +346,8 @@ class LotEngine(tf.Module):
     return tf.cond(examples <= self.max_lot_examples, release,
                    lambda: tf.group(self.oversized_lots.assign_add(1)))
 
-  def finish_lot(self, lot, records, examples):
+  def finish_lot(self, lot: Nest, records: tf.Tensor,
+                 examples: tf.Tensor) -> List[tf.Tensor]:
     """Releases a full lot (``tf_dp.core.lot.release``) and returns its
     mean gradient (a flat list), read after the ledger sample and every
     state update."""
@@ -349,14 +357,15 @@ class LotEngine(tf.Module):
     updates += self.use_released_parts(result, denominator)
     return lot_lib.mean(result[GRADIENTS], denominator, updates)
 
-  def use_released_parts(self, result, denominator):
+  def use_released_parts(self, result: Nest,
+                         denominator: tf.Tensor) -> List[Any]:
     """The ops that use a released lot's parts other than the gradients
     (``{part: noised sum}``; ``denominator`` as for the gradients). A front
     end that adds parts overrides it; by default there are none."""
     del result, denominator
     return []
 
-  def discard_lot(self):
+  def discard_lot(self) -> int:
     """Drops a partly accumulated lot without releasing anything (eager).
 
     Returns:

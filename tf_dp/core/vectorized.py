@@ -8,10 +8,16 @@ both end here, so a record is clipped the same way whichever front end
 computed its gradient.
 """
 
+from typing import List, Optional, Sequence
+
 import tensorflow as tf
 
+from tf_dp.dp_query.dp_query import DPQuery
+from tf_dp.dp_query.dp_query import Nest
 
-def gradients_or_zeros(grads, variables):
+
+def gradients_or_zeros(grads: Sequence[Optional[tf.Tensor]],
+                       variables: Sequence[tf.Variable]) -> List[tf.Tensor]:
   """Dense gradients, with zeros where a variable does not affect the loss.
 
   (``unconnected_gradients=ZERO`` fails on Keras 3 variables, whose dtype is
@@ -29,7 +35,8 @@ def gradients_or_zeros(grads, variables):
           else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
 
 
-def clipped_sum(query, params, records, weights=None):
+def clipped_sum(query: DPQuery, params: Nest, records: Nest,
+                weights: Optional[tf.Tensor] = None) -> Nest:
   """The sum over records of ``query.preprocess_record(params, record)``.
 
   Privacy contract: each record is preprocessed on its own (for a

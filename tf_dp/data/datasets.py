@@ -11,8 +11,12 @@ import gzip
 import importlib.metadata
 import os
 import pickle
+from typing import List, Optional, Tuple
 
 import numpy as np
+
+# (images, labels).
+Arrays = Tuple[np.ndarray, np.ndarray]
 
 _HUB_FILE = "mnist/data/mnist.pkl.gz"
 
@@ -42,14 +46,14 @@ def _hub_path():
   return path if os.path.exists(path) else None
 
 
-def load_mnist(path=None):
+def load_mnist(path: Optional[str] = None) -> Tuple[Arrays, Arrays]:
   """MNIST as ``(x_train, y_train), (x_test, y_test)``, uint8 28x28 images.
 
   Raises:
     FileNotFoundError: if no source works, with what to do.
   """
   tried = []
-  candidates = [path] if path else []
+  candidates: List[Optional[str]] = [path] if path else []
   candidates.append(os.environ.get("TF_DP_MNIST"))
   candidates.append(_hub_path())
   for candidate in filter(None, candidates):
@@ -69,7 +73,9 @@ def load_mnist(path=None):
       "or pass path= to a Keras mnist.npz.")
 
 
-def load_digits(test_fraction=0.2, seed=0):
+def load_digits(
+    test_fraction: float = 0.2, seed: int = 0
+) -> Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]:
   """UCI DIGITS (8x8, 1797 images) scaled to [0, 1], split train/test."""
   from sklearn import datasets  # pylint: disable=g-import-not-at-top
   digits = datasets.load_digits()

@@ -8,6 +8,8 @@ of exactly ``batch_size * batches_per_lot`` distinct examples, independent
 of every other lot. Train with ``DPOptimizer(..., sampling="fixed_size")``.
 """
 
+from typing import Any, Optional
+
 import tensorflow as tf
 
 from tf_dp.analysis import checks
@@ -15,8 +17,9 @@ from tf_dp.data import lots
 from tf_dp.sampling import Sampling
 
 
-def fixed_size_sampled_batches(x, y, batch_size, num_steps, seed=None,
-                               batches_per_lot=1):
+def fixed_size_sampled_batches(x: Any, y: Any, batch_size: int, num_steps: int,
+                               seed: Optional[int] = None,
+                               batches_per_lot: int = 1) -> tf.data.Dataset:
   """A dataset of ``num_steps`` lots of uniformly sampled examples.
 
   Privacy contract: each lot is a uniformly random subset (without

@@ -15,7 +15,7 @@ fixed-size lots only through this mark. A dataset derived from a marked one
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -52,8 +52,10 @@ class DeclaredSampling:
   seed: Optional[int] = None
 
 
-def declare_sampling(dataset, sampling, sampling_probability=None,
-                     population_size=None, batches_per_lot=1):
+def declare_sampling(dataset: tf.data.Dataset, sampling: str,
+                     sampling_probability: Optional[float] = None,
+                     population_size: Optional[int] = None,
+                     batches_per_lot: int = 1) -> tf.data.Dataset:
   """Marks ``dataset`` as lots drawn with ``sampling`` and returns it.
 
   ``fit`` under ``DPOptimizer(sampling="poisson")`` or ``"fixed_size"``
@@ -133,19 +135,22 @@ def _mark(dataset, declared):
   return dataset
 
 
-def declared_sampling(dataset):
+def declared_sampling(dataset: tf.data.Dataset) -> Optional["DeclaredSampling"]:
   """The ``DeclaredSampling`` of ``dataset``, or None if it has none."""
   return getattr(dataset, _MARK, None)
 
 
-def check_batches_per_lot(batches_per_lot):
+def check_batches_per_lot(batches_per_lot: Any) -> int:
   return checks.check_positive_int(
       "batches_per_lot", batches_per_lot,
       " It is the DPOptimizer's gradient_accumulation_steps.")
 
 
-def lot_dataset(x, y, num_lots, seed, batches_per_lot, choose, stream,
-                sampling, sampling_probability=None):
+def lot_dataset(
+    x: Any, y: Any, num_lots: int, seed: Optional[int], batches_per_lot: int,
+    choose: Callable[[tf.Tensor], Tuple[tf.Tensor, Optional[tf.Tensor]]],
+    stream: int, sampling: Sampling,
+    sampling_probability: Optional[float] = None) -> tf.data.Dataset:
   """``num_lots`` lots as ``batches_per_lot`` batches each, prefetched and
   marked as drawn with ``sampling`` from the ``n`` examples.
 

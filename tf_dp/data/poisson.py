@@ -14,6 +14,7 @@ predictable sampling would weaken the amplification the accountant credits.
 """
 
 import math
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -22,15 +23,17 @@ from tf_dp.data import lots
 from tf_dp.sampling import Sampling
 
 
-def default_max_batch_size(n, q):
+def default_max_batch_size(n: int, q: float) -> int:
   """Expected size + 8 standard deviations (overflow odds below 1e-15)."""
   mean = q * n
   return int(min(n, math.ceil(mean + 8 * math.sqrt(mean * (1 - q)) + 8)))
 
 
-def poisson_sampled_batches(x, y, sampling_probability, num_steps,
-                            max_batch_size=None, seed=None,
-                            batches_per_lot=1):
+def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
+                            num_steps: int,
+                            max_batch_size: Optional[int] = None,
+                            seed: Optional[int] = None,
+                            batches_per_lot: int = 1) -> tf.data.Dataset:
   """A dataset of ``num_steps`` Poisson lots, as ``(x, y, weight)`` batches.
 
   Privacy contract: every example is in each lot independently with

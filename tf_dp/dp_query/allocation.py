@@ -26,6 +26,7 @@ here).
 """
 
 import math
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +36,8 @@ from tf_dp.analysis.allocation import effective_noise_multiplier  # pylint: disa
 from tf_dp.dp_query import gaussian_query
 from tf_dp.dp_query import nested_query
 from tf_dp.dp_query import normalized_query
+from tf_dp.dp_query.dp_query import DPQuery
+from tf_dp.dp_query.dp_query import Nest
 
 CLIPPING_STRATEGIES = ("flat", "per_layer", "dimensionality_adjusted")
 NOISE_STRATEGIES = ("proportional", "dimensionality_adjusted")
@@ -45,33 +48,37 @@ def _clipping_strategy(strategy):
                              CLIPPING_STRATEGIES)
 
 
-def group_clips(total_l2_norm_clip, dims, strategy):
+def group_clips(total_l2_norm_clip: float, dims: Sequence[int],
+                strategy: str) -> List[float]:
   """Per-group clip norms S_g for the given clipping strategy."""
   total = checks.check_positive("total_l2_norm_clip", total_l2_norm_clip)
   strategy = _clipping_strategy(strategy)
-  dims = np.asarray(dims, dtype=float)
+  d = np.asarray(dims, dtype=float)
   if strategy == "flat":
     return [total]
   if strategy == "per_layer":
-    return [total / math.sqrt(len(dims))] * len(dims)
-  return list(total * np.sqrt(dims / dims.sum()))
+    return [total / math.sqrt(len(d))] * len(d)
+  return list(total * np.sqrt(d / d.sum()))
 
 
-def group_stddevs(noise_multiplier, clips, dims, strategy):
+def group_stddevs(noise_multiplier: float, clips: Sequence[float],
+                  dims: Sequence[int], strategy: str) -> List[float]:
   """Per-group noise stddevs sigma_g for the given noise strategy."""
   z = checks.check_non_negative("noise_multiplier", noise_multiplier)
   strategy = checks.check_choice("noise strategy", strategy,
                                  NOISE_STRATEGIES)
-  clips = np.asarray(clips, dtype=float)
-  dims = np.asarray(dims, dtype=float)
+  c = np.asarray(clips, dtype=float)
+  d = np.asarray(dims, dtype=float)
   if strategy == "proportional":
-    return list(z * math.sqrt(len(clips)) * clips)
-  return list(z * np.sqrt(dims.sum() / dims) * clips)
+    return list(z * math.sqrt(len(c)) * c)
+  return list(z * np.sqrt(d.sum() / d) * c)
 
 
-def build_query(template, l2_norm_clip, noise_multiplier, clipping="flat",
-                noise="proportional", denominator=None, noise_seed=None,
-                secure_mode=False):
+def build_query(template: Nest, l2_norm_clip: float, noise_multiplier: float,
+                clipping: str = "flat", noise: str = "proportional",
+                denominator: Optional[float] = None,
+                noise_seed: Optional[int] = None,
+                secure_mode: bool = False) -> DPQuery:
   """A query for records shaped like ``template`` under a strategy.
 
   Each leaf of ``template`` (e.g. each trainable variable) is a group for

@@ -10,10 +10,14 @@
   nothing), and the query's sensitivity is unchanged.
 """
 
+from typing import Tuple
+
 import tensorflow as tf
 
+from tf_dp.dp_query.dp_query import Nest
 
-def global_l2_norm(record):
+
+def global_l2_norm(record: Nest) -> tf.Tensor:
   """Overflow-safe L2 norm of all leaves of ``record`` (float32 or wider)."""
   leaves = [tf.convert_to_tensor(x) for x in tf.nest.flatten(record)]
   if not leaves:
@@ -29,7 +33,8 @@ def global_l2_norm(record):
   return safe * tf.sqrt(sum_sq) * tf.cast(max_abs > 0, dtype)
 
 
-def scale_from_squared_norm(sq_norm, l2_norm_clip):
+def scale_from_squared_norm(sq_norm: tf.Tensor,
+                            l2_norm_clip: tf.Tensor) -> tf.Tensor:
   """The factor ``clip_by_global_l2_norm`` applies, from squared norms.
 
   ``min(1, C / norm)``, and 0 where the norm is not finite.
@@ -40,7 +45,8 @@ def scale_from_squared_norm(sq_norm, l2_norm_clip):
   return tf.where(tf.math.is_finite(norm), scale, tf.zeros_like(scale))
 
 
-def clip_by_global_l2_norm(record, l2_norm_clip):
+def clip_by_global_l2_norm(record: Nest,
+                           l2_norm_clip: tf.Tensor) -> Tuple[Nest, tf.Tensor]:
   """Clips ``record`` to L2 norm ``l2_norm_clip``; zeros it if non-finite.
 
   Returns:

@@ -24,60 +24,69 @@ describes exactly the mechanism applied (see ``events.py``).
 """
 
 import abc
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
+
+# A tf.nest structure of tensors: a query's states, records, parameters,
+# results and events.
+Nest = Any
 
 
 class DPQuery(metaclass=abc.ABCMeta):
   """Interface of differentially private queries (McMahan & Andrew 2018)."""
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     """Returns the state kept across samples (e.g. clip norm, noise seed)."""
     return ()
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     """Returns the parameters used to process each record of one sample."""
     del global_state
     return ()
 
   @abc.abstractmethod
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     """Returns an empty sample state shaped like ``template`` (a nest of
     tensors or ``tf.TensorSpec``s with the structure of one record)."""
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     """Bounds one record's contribution (clips it); pure and per-record."""
     del params
     return record
 
   @abc.abstractmethod
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     """Adds a preprocessed record to the sample state."""
 
-  def accumulate_record(self, params, sample_state, record):
+  def accumulate_record(self, params: Nest, sample_state: Nest,
+                        record: Nest) -> Nest:
     """Preprocesses ``record`` and adds it to ``sample_state``."""
     return self.accumulate_preprocessed_record(
         sample_state, self.preprocess_record(params, record))
 
   @abc.abstractmethod
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     """Merges two sample states (e.g. from two replicas or microbatches)."""
 
   @abc.abstractmethod
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     """Adds the noise once and returns ``(result, new_global_state, event)``."""
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     """Returns a dict of public metrics of the global state (e.g. the clip)."""
     del global_state
     return {}
 
   # Optional: clipping from norms (the fast per-example path).
-  def supports_record_scales(self):
+  def supports_record_scales(self) -> bool:
     """True if ``record_scales`` and ``preprocessed_sum`` are implemented."""
     return False
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     """Per-record scale factors from per-record squared norms.
 
     Args:
@@ -95,7 +104,7 @@ class DPQuery(metaclass=abc.ABCMeta):
     """
     raise NotImplementedError
 
-  def preprocessed_sum(self, scaled_sum, extra_sum):
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     """The sum of preprocessed records from the scaled sum and extra sums."""
     raise NotImplementedError
 
@@ -106,7 +115,8 @@ class RecordStructureError(ValueError, TypeError):
   sequence of another type (a tuple for a list)."""
 
 
-def check_record_structure(template_like, record, what="record"):
+def check_record_structure(template_like: Nest, record: Nest,
+                           what: str = "record") -> None:
   """Raises a RecordStructureError naming the mismatch if ``record`` has the
   wrong nest."""
   try:
@@ -118,7 +128,7 @@ def check_record_structure(template_like, record, what="record"):
         f"got {tf.nest.map_structure(lambda _: '.', record)}. ({e})") from None
 
 
-def zeros_like_template(template):
+def zeros_like_template(template: Nest) -> Nest:
   """Zeros with the shapes and dtypes of a nest of tensors or TensorSpecs."""
 
   def zeros(t):
@@ -132,15 +142,17 @@ def zeros_like_template(template):
 class SumAggregationDPQuery(DPQuery):
   """Base class for queries whose sample state is a sum of records."""
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     return zeros_like_template(template)
 
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     check_record_structure(sample_state, preprocessed_record)
     return tf.nest.map_structure(
         lambda s, r: s + tf.cast(r, s.dtype), sample_state,
         preprocessed_record)
 
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     check_record_structure(sample_state_1, sample_state_2, "sample state")
     return tf.nest.map_structure(tf.add, sample_state_1, sample_state_2)

@@ -7,13 +7,15 @@ to the sum; ``NoOpEvent`` says that nothing private was released. Fields may
 be tensors inside a graph. Events nest in tuples for composite queries.
 """
 
+from typing import Any, List
+
 
 class SumQueryEvent:
   """A Gaussian sum query with privacy tuple (l2_norm_clip, noise_stddev)."""
 
   __slots__ = ("l2_norm_clip", "noise_stddev")
 
-  def __init__(self, l2_norm_clip, noise_stddev):
+  def __init__(self, l2_norm_clip: Any, noise_stddev: Any) -> None:
     self.l2_norm_clip = l2_norm_clip
     self.noise_stddev = noise_stddev
 
@@ -31,7 +33,7 @@ class NoOpEvent:
     return "NoOpEvent()"
 
 
-def flatten_events(event):
+def flatten_events(event: Any) -> List[SumQueryEvent]:
   """Returns the ``SumQueryEvent`` leaves of a nested event, in order."""
   if isinstance(event, SumQueryEvent):
     return [event]

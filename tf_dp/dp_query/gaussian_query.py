@@ -1,6 +1,7 @@
 """The Gaussian sum query: clip each record, sum, add Gaussian noise once."""
 
 import collections
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -9,6 +10,7 @@ from tf_dp.dp_query import clipping
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import noise
+from tf_dp.dp_query.dp_query import Nest
 
 # noise_nonce: public int64 [noise_seed or 0, draws]; the secret key of the
 # noise is never part of the state (see noise.py).
@@ -47,8 +49,9 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
     >>> query = GaussianSumQuery(l2_norm_clip=1.0, stddev=1.1)
   """
 
-  def __init__(self, l2_norm_clip, stddev, noise_seed=None,
-               secure_mode=False):
+  def __init__(self, l2_norm_clip: float, stddev: float,
+               noise_seed: Optional[int] = None,
+               secure_mode: bool = False) -> None:
     self._l2_norm_clip = checks.check_non_negative("l2_norm_clip",
                                                    l2_norm_clip)
     self._stddev = checks.check_non_negative(
@@ -56,31 +59,32 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
   @property
-  def l2_norm_clip(self):
+  def l2_norm_clip(self) -> float:
     return self._l2_norm_clip
 
   @property
-  def stddev(self):
+  def stddev(self) -> float:
     return self._stddev
 
   @property
-  def secure_mode(self):
+  def secure_mode(self) -> bool:
     return self._noise.secure_mode
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return GaussianSumState(
         tf.constant(self._l2_norm_clip, tf.float32),
         tf.constant(self._stddev, tf.float32),
         self._noise.initial_nonce())
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return global_state.l2_norm_clip
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     clipped, _ = clipping.clip_by_global_l2_norm(record, params)
     return clipped
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     result = self._noise.add(sample_state, global_state.stddev,
                              global_state.noise_nonce)
     new_state = global_state._replace(
@@ -89,18 +93,18 @@ class GaussianSumQuery(dp_query.SumAggregationDPQuery):
                                  global_state.stddev)
     return result, new_state, event
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     return {"l2_norm_clip": global_state.l2_norm_clip}
 
-  def supports_record_scales(self):
+  def supports_record_scales(self) -> bool:
     return True
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     scale = clipping.scale_from_squared_norm(
         tf.add_n([tf.cast(s, tf.float32) for s in tf.nest.flatten(sq_norms)]),
         params)
     return tf.nest.map_structure(lambda _: scale, sq_norms), ()
 
-  def preprocessed_sum(self, scaled_sum, extra_sum):
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     del extra_sum
     return scaled_sum

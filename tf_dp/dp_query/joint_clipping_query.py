@@ -1,10 +1,13 @@
 """Joint clipping of a group of vectors on different scales (McMahan & Andrew, Sec. 2)."""
 
+from typing import Optional, Tuple
+
 import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.dp_query import gaussian_query
 from tf_dp.dp_query import nest_utils
+from tf_dp.dp_query.dp_query import Nest
 
 
 class JointClippingQuery(gaussian_query.GaussianSumQuery):
@@ -28,7 +31,8 @@ class JointClippingQuery(gaussian_query.GaussianSumQuery):
     noise_seed: None for OS entropy (default).
   """
 
-  def __init__(self, scales, l2_norm_clip, stddev, noise_seed=None):
+  def __init__(self, scales: Nest, l2_norm_clip: float, stddev: float,
+               noise_seed: Optional[int] = None) -> None:
     super().__init__(l2_norm_clip, stddev, noise_seed)
     for i, a in enumerate(tf.nest.flatten(scales)):
       checks.check_positive(f"scales[{i}]", a)
@@ -41,16 +45,17 @@ class JointClippingQuery(gaussian_query.GaussianSumQuery):
             lambda x: fn(x, tf.cast(a, x.dtype)), sub),
         self._scales, record)
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     scaled = self._apply_scales(record, lambda x, a: x / a)
     return super().preprocess_record(params, scaled)
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     result, new_state, event = super().get_noised_result(sample_state,
                                                          global_state)
     return self._apply_scales(result, lambda x, a: x * a), new_state, event
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     scaled_sq = self._apply_scales(sq_norms, lambda s, a: s / (a * a))
     joint, extra = super().record_scales(params, scaled_sq)
     return self._apply_scales(joint, lambda c, a: c / a), extra

@@ -8,19 +8,22 @@ Noised sums give private counts; accuracy is their ratio (post-processing).
 
 import collections
 import math
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import gaussian_query
+from tf_dp.dp_query.dp_query import Nest
 
 MetricsRecord = collections.namedtuple("MetricsRecord",
                                        ["count", "correct", "class_counts"])
 METRICS_L2_BOUND = math.sqrt(3.0)
 
 
-def metrics_record(label, prediction, num_classes):
+def metrics_record(label: tf.Tensor, prediction: tf.Tensor,
+                   num_classes: int) -> tf.Tensor:
   """The record of one example from its integer label and its scores."""
   label = tf.cast(tf.reshape(label, []), tf.int32)
   predicted = tf.cast(tf.argmax(tf.reshape(prediction, [-1])), tf.int32)
@@ -46,30 +49,33 @@ class DPMetricsQuery(dp_query.SumAggregationDPQuery):
   ``class_counts`` (noised) and ``accuracy = correct / max(count, 1)``.
   """
 
-  def __init__(self, num_classes, stddev, noise_seed=None, secure_mode=False):
+  def __init__(self, num_classes: int, stddev: float,
+               noise_seed: Optional[int] = None,
+               secure_mode: bool = False) -> None:
     self._num_classes = checks.check_positive_int("num_classes", num_classes)
     self._sum_query = gaussian_query.GaussianSumQuery(
         METRICS_L2_BOUND, checks.check_non_negative("stddev", stddev),
         noise_seed, secure_mode)
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return self._sum_query.initial_global_state()
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return self._sum_query.derive_sample_params(global_state)
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     del template
     return MetricsRecord(tf.constant(0.0), tf.constant(0.0),
                          tf.zeros([self._num_classes]))
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     if not isinstance(record, MetricsRecord):
       label, prediction = record
       record = metrics_record(label, prediction, self._num_classes)
     return self._sum_query.preprocess_record(params, record)
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     noised, new_state, event = self._sum_query.get_noised_result(
         sample_state, global_state)
     result = dict(noised._asdict())

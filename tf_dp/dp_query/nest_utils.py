@@ -6,7 +6,11 @@ structure of ``shallow`` goes (its leaves may be whole sub-structures of
 ``ValueError`` that says where.
 """
 
+from typing import Any, Callable, List
+
 import tensorflow as tf
+
+from tf_dp.dp_query.dp_query import Nest
 
 
 def _children(structure):
@@ -15,7 +19,7 @@ def _children(structure):
   return list(structure)
 
 
-def flatten_up_to(shallow, deep, path="record"):
+def flatten_up_to(shallow: Nest, deep: Nest, path: str = "record") -> List[Any]:
   """Flattens ``deep`` to the depth of ``shallow``."""
   if not tf.nest.is_nested(shallow):
     return [deep]
@@ -37,7 +41,8 @@ def flatten_up_to(shallow, deep, path="record"):
           for x in flatten_up_to(s, d, f"{path}[{i}]")]
 
 
-def map_structure_up_to(shallow, fn, *structures):
+def map_structure_up_to(shallow: Nest, fn: Callable[..., Any],
+                        *structures: Nest) -> Nest:
   """Applies ``fn`` to matching sub-structures, to the depth of ``shallow``."""
   flat = [flatten_up_to(shallow, s) for s in structures]
   return tf.nest.pack_sequence_as(

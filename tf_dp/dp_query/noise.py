@@ -47,9 +47,12 @@ import os
 import threading
 import warnings
 import weakref
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from tf_dp.dp_query.dp_query import Nest
 
 # Independent normals summed per coordinate in secure mode (Holohan &
 # Braghin 2021: sum n Gaussian samples, scaled by 1/sqrt(n)).
@@ -78,7 +81,8 @@ class NoiseGenerator:
     ValueError: if secure_mode is not a bool, or is combined with noise_seed.
   """
 
-  def __init__(self, noise_seed=None, secure_mode=False):
+  def __init__(self, noise_seed: Optional[int] = None,
+               secure_mode: bool = False) -> None:
     if not isinstance(secure_mode, bool):
       raise ValueError(f"secure_mode must be True or False; got "
                        f"{secure_mode!r}.")
@@ -92,10 +96,10 @@ class NoiseGenerator:
     self._secure_mode = secure_mode
 
   @property
-  def secure_mode(self):
+  def secure_mode(self) -> bool:
     return self._secure_mode
 
-  def initial_nonce(self):
+  def initial_nonce(self) -> tf.Tensor:
     """The public nonce ``[noise_seed or 0, 0]`` (int64) of a new state."""
     if self._noise_seed is not None:
       warnings.warn(
@@ -104,7 +108,7 @@ class NoiseGenerator:
           "debugging.", UserWarning, stacklevel=3)
     return tf.constant([self._noise_seed or 0, 0], dtype=tf.int64)
 
-  def advance(self, nonce):
+  def advance(self, nonce: tf.Tensor) -> tf.Tensor:
     """The nonce after one draw. Without a fixed seed its first entry is
     set to 0, which scrubs a key restored from an old checkpoint."""
     nonce = tf.convert_to_tensor(nonce, tf.int64)
@@ -112,7 +116,8 @@ class NoiseGenerator:
       return tf.stack([tf.zeros([], tf.int64), nonce[1] + 1])
     return nonce + tf.constant([0, 1], dtype=tf.int64)
 
-  def add(self, structure, stddev, nonce, stream=0):
+  def add(self, structure: Nest, stddev: tf.Tensor, nonce: tf.Tensor,
+          stream: int = 0) -> Nest:
     """Adds N(0, stddev^2) independently to every element of ``structure``.
 
     ``stream`` separates several draws made with one nonce (e.g. two sums
@@ -165,7 +170,9 @@ def _box_muller_float32(count, seed, scale=None):
   return both[:count]
 
 
-def stateless_standard_normals(shapes, seed, scale=None):
+def stateless_standard_normals(
+    shapes: Sequence[Any], seed: tf.Tensor, scale: Optional[tf.Tensor] = None
+) -> List[tf.Tensor]:
   """Independent N(0, 1) float32 tensors of the given shapes, from one
   stateless ``seed`` (int64 ``[2]``): the default mode's sampler. With
   ``scale``, N(0, scale^2) (the same draw, multiplied once by ``scale``).
@@ -230,7 +237,8 @@ class _ProcessKey:
     return tf.random.experimental.stateless_fold_in(seed, site)
 
 
-_KEYS = weakref.WeakKeyDictionary()  # tf.distribute strategy -> _ProcessKey
+_KEYS: "weakref.WeakKeyDictionary[Any, _ProcessKey]" = (
+    weakref.WeakKeyDictionary())  # tf.distribute strategy -> _ProcessKey
 _KEYS_LOCK = threading.Lock()
 _SITES = itertools.count(1)  # One number per traced (or eager) draw.
 
@@ -277,7 +285,7 @@ def _box_muller(count):
                          radius * np.sin(angle)])[:count]
 
 
-def secure_standard_normal(count):
+def secure_standard_normal(count: tf.Tensor) -> tf.Tensor:
   """``count`` N(0, 1) values (float64): the sum of SECURE_SUMMANDS
   independent Box-Muller normals over sqrt(SECURE_SUMMANDS). Summands of one
   coordinate never share uniforms: the two outputs of one Box-Muller pair

@@ -1,11 +1,13 @@
 """Average with a fixed expected denominator (McMahan et al. 2018's f_f)."""
 
 import collections
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.dp_query import dp_query
+from tf_dp.dp_query.dp_query import Nest
 
 NormalizedState = collections.namedtuple(
     "NormalizedState", ["numerator_state", "denominator"])
@@ -25,37 +27,41 @@ class NormalizedQuery(dp_query.DPQuery):
     denominator: Expected number of records per sample, > 0.
   """
 
-  def __init__(self, numerator_query, denominator):
+  def __init__(self, numerator_query: dp_query.DPQuery,
+               denominator: Optional[float]) -> None:
     self._numerator = numerator_query
     self._denominator = checks.check_positive(
         "denominator", denominator,
         " It is the expected number of records per sample (q * n).")
 
   @property
-  def numerator_query(self):
+  def numerator_query(self) -> dp_query.DPQuery:
     return self._numerator
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return NormalizedState(self._numerator.initial_global_state(),
                            tf.constant(self._denominator, tf.float32))
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return self._numerator.derive_sample_params(global_state.numerator_state)
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     return self._numerator.initial_sample_state(template)
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     return self._numerator.preprocess_record(params, record)
 
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     return self._numerator.accumulate_preprocessed_record(
         sample_state, preprocessed_record)
 
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     return self._numerator.merge_sample_states(sample_state_1, sample_state_2)
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     noised_sum, numerator_state, event = self._numerator.get_noised_result(
         sample_state, global_state.numerator_state)
     result = tf.nest.map_structure(
@@ -63,14 +69,14 @@ class NormalizedQuery(dp_query.DPQuery):
     return result, global_state._replace(numerator_state=numerator_state), (
         event)
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     return self._numerator.derive_metrics(global_state.numerator_state)
 
-  def supports_record_scales(self):
+  def supports_record_scales(self) -> bool:
     return self._numerator.supports_record_scales()
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     return self._numerator.record_scales(params, sq_norms)
 
-  def preprocessed_sum(self, scaled_sum, extra_sum):
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     return self._numerator.preprocessed_sum(scaled_sum, extra_sum)

@@ -17,6 +17,7 @@ effective noise multiplier is ``(z^-2 + (2 * clipped_count_stddev)^-2)^-1/2``
 """
 
 import collections
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -26,6 +27,7 @@ from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import noise
 from tf_dp.dp_query import quantile_estimator_query as quantile_lib
+from tf_dp.dp_query.dp_query import Nest
 
 # The arithmetic update may not take the clip to 0 or below (a clip <= 0
 # would make the recorded noise multiplier z * C / C undefined).
@@ -56,10 +58,11 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
     secure_mode: True for noise from the OS CSPRNG (see ``noise.py``).
   """
 
-  def __init__(self, initial_l2_norm_clip, noise_multiplier,
-               target_unclipped_quantile, learning_rate, clipped_count_stddev,
-               expected_num_records, geometric_update=True, noise_seed=None,
-               secure_mode=False):
+  def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float,
+               target_unclipped_quantile: float, learning_rate: float,
+               clipped_count_stddev: float, expected_num_records: float,
+               geometric_update: bool = True, noise_seed: Optional[int] = None,
+               secure_mode: bool = False) -> None:
     self._clip = checks.check_positive("initial_l2_norm_clip",
                                        initial_l2_norm_clip)
     self._z = checks.check_non_negative("noise_multiplier", noise_multiplier)
@@ -73,33 +76,36 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
                                            expected_num_records)
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return AdaptiveClipState(
         tf.constant(self._clip), tf.constant(self._z),
         tf.constant(self._count_stddev),
         self._noise.initial_nonce())
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return global_state.l2_norm_clip
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     return AdaptiveClipSample(dp_query.zeros_like_template(template),
                               tf.constant(0.0))
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     clipped, norm = clipping.clip_by_global_l2_norm(record, params)
     return AdaptiveClipSample(clipped,
                               quantile_lib.below_estimate_bit(norm, params))
 
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     dp_query.check_record_structure(sample_state.sum, preprocessed_record.sum)
     return tf.nest.map_structure(lambda s, r: s + tf.cast(r, s.dtype),
                                  sample_state, preprocessed_record)
 
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     return tf.nest.map_structure(tf.add, sample_state_1, sample_state_2)
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     clip = global_state.l2_norm_clip
     stddev = global_state.noise_multiplier * clip
     nonce = global_state.noise_nonce
@@ -118,18 +124,18 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
                                   global_state.clipped_count_stddev))
     return noised_sum, new_state, event
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     return {"l2_norm_clip": global_state.l2_norm_clip}
 
-  def supports_record_scales(self):
+  def supports_record_scales(self) -> bool:
     return True
 
-  def record_scales(self, params, sq_norms):
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
     total = tf.add_n([tf.cast(s, tf.float32)
                       for s in tf.nest.flatten(sq_norms)])
     scale = clipping.scale_from_squared_norm(total, params)
     unclipped = quantile_lib.below_estimate_bit(tf.sqrt(total), params)
     return tf.nest.map_structure(lambda _: scale, sq_norms), unclipped
 
-  def preprocessed_sum(self, scaled_sum, extra_sum):
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     return AdaptiveClipSample(scaled_sum, extra_sum)

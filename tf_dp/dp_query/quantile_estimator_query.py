@@ -15,6 +15,7 @@ post-processing of it.
 """
 
 import collections
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -23,21 +24,23 @@ from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events
 from tf_dp.dp_query import no_privacy_query
 from tf_dp.dp_query import noise
+from tf_dp.dp_query.dp_query import Nest
 
 QuantileEstimatorState = collections.namedtuple(
     "QuantileEstimatorState",
     ["estimate", "below_estimate_stddev", "noise_nonce"])
 
 
-def check_learning_rate(learning_rate):
+def check_learning_rate(learning_rate: Any) -> Any:
   """A float >= 0, or a ``tf.Variable`` read at every update."""
   if isinstance(learning_rate, tf.Variable):
     return learning_rate
   return checks.check_non_negative("learning_rate", learning_rate)
 
 
-def updated_estimate(estimate, below_fraction, target, learning_rate,
-                     geometric_update):
+def updated_estimate(estimate: tf.Tensor, below_fraction: tf.Tensor,
+                     target: float, learning_rate: tf.Tensor,
+                     geometric_update: bool) -> tf.Tensor:
   """One step of the quantile loss from a (noised) fraction below.
 
   The fraction is clamped to [0, 1] (noise can push it outside); the
@@ -50,7 +53,7 @@ def updated_estimate(estimate, below_fraction, target, learning_rate,
   return estimate - step
 
 
-def below_estimate_bit(record, estimate):
+def below_estimate_bit(record: tf.Tensor, estimate: tf.Tensor) -> tf.Tensor:
   """``1{record <= estimate} - 1/2``, the record's contribution."""
   return tf.cast(record <= tf.cast(estimate, record.dtype), tf.float32) - 0.5
 
@@ -73,9 +76,11 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
     secure_mode: True for noise from the OS CSPRNG (see ``noise.py``).
   """
 
-  def __init__(self, initial_estimate, target_quantile, learning_rate,
-               below_estimate_stddev, expected_num_records,
-               geometric_update=True, noise_seed=None, secure_mode=False):
+  def __init__(self, initial_estimate: float, target_quantile: float,
+               learning_rate: Any, below_estimate_stddev: float,
+               expected_num_records: float, geometric_update: bool = True,
+               noise_seed: Optional[int] = None,
+               secure_mode: bool = False) -> None:
     self._initial = checks.check_non_negative(
         "initial_estimate", initial_estimate) if geometric_update else float(
             initial_estimate)
@@ -89,29 +94,31 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
     self._geometric = bool(geometric_update)
     self._noise = noise.NoiseGenerator(noise_seed, secure_mode)
 
-  def initial_global_state(self):
+  def initial_global_state(self) -> Nest:
     return QuantileEstimatorState(tf.constant(self._initial),
                                   tf.constant(self._stddev),
                                   self._noise.initial_nonce())
 
-  def derive_sample_params(self, global_state):
+  def derive_sample_params(self, global_state: Nest) -> Nest:
     return global_state.estimate
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     del template  # Records are scalars; the state is the sum of their bits.
     return tf.constant(0.0)
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     record = tf.convert_to_tensor(record)
     if record.shape.rank != 0:
       raise ValueError(f"{type(self).__name__} records must be scalars; got "
                        f"a record of shape {record.shape}.")
     return below_estimate_bit(record, params)
 
-  def accumulate_preprocessed_record(self, sample_state, preprocessed_record):
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
     return sample_state + preprocessed_record
 
-  def merge_sample_states(self, sample_state_1, sample_state_2):
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
     return sample_state_1 + sample_state_2
 
   def _below_fraction(self, sample_state, global_state):
@@ -119,7 +126,8 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
                              global_state.noise_nonce)
     return noised / self._expected + 0.5
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     fraction = self._below_fraction(sample_state, global_state)
     estimate = updated_estimate(global_state.estimate, fraction, self._target,
                                 self._lr, self._geometric)
@@ -130,7 +138,7 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
                                  global_state.below_estimate_stddev)
     return estimate, new_state, event
 
-  def derive_metrics(self, global_state):
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
     return {"estimate": global_state.estimate}
 
 
@@ -142,20 +150,21 @@ class NoPrivacyQuantileEstimatorQuery(QuantileEstimatorQuery):
   recorded it reports epsilon = inf.
   """
 
-  def __init__(self, initial_estimate, target_quantile, learning_rate,
-               geometric_update=True):
+  def __init__(self, initial_estimate: float, target_quantile: float,
+               learning_rate: Any, geometric_update: bool = True) -> None:
     super().__init__(initial_estimate, target_quantile, learning_rate,
                      below_estimate_stddev=0.0, expected_num_records=1.0,
                      geometric_update=geometric_update)
 
-  def initial_sample_state(self, template=None):
+  def initial_sample_state(self, template: Nest = None) -> Nest:
     del template
     return tf.zeros([2])  # (sum of bits, number of records)
 
-  def preprocess_record(self, params, record):
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
     return tf.stack([super().preprocess_record(params, record), 1.0])
 
-  def get_noised_result(self, sample_state, global_state):
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
     count = tf.maximum(sample_state[1], 1.0)
     fraction = sample_state[0] / count + 0.5
     estimate = updated_estimate(global_state.estimate, fraction, self._target,

@@ -1,0 +1,59 @@
+"""The public API of the accounting, the mechanisms, the DP step, the
+samplers and the ledger is typed: every public function and method has a
+hint for each argument and its return value. ``mypy`` (``mypy.ini``, run by
+``scripts/test.sh``) checks that the hints hold."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TYPED = ("tf_dp/analysis", "tf_dp/core", "tf_dp/data", "tf_dp/dp_query",
+         "tf_dp/privacy_ledger.py", "tf_dp/sampling.py", "tf_dp/errors.py")
+
+
+def _public_functions(tree):
+  """``(qualified name, node)`` of module-level functions and methods of
+  module-level classes whose names are public (``__init__`` included)."""
+  for node in tree.body:
+    if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+      yield node.name, node
+    if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+      for item in node.body:
+        if isinstance(item, ast.FunctionDef) and (
+            not item.name.startswith("_") or item.name == "__init__"):
+          yield f"{node.name}.{item.name}", item
+
+
+def unannotated(root):
+  """``[(path, function, what is missing)]`` under the TYPED paths."""
+  found = []
+  for typed in TYPED:
+    path = root / typed
+    for file in sorted([path] if path.is_file() else path.rglob("*.py")):
+      tree = ast.parse(file.read_text(), str(file))
+      for name, fn in _public_functions(tree):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        missing = [a.arg for a in args
+                   if a.annotation is None and a.arg not in ("self", "cls")]
+        missing += [f"*{a.arg}" for a in (fn.args.vararg, fn.args.kwarg)
+                    if a is not None and a.annotation is None]
+        if fn.returns is None:
+          missing.append("return")
+        if missing:
+          found.append((str(file.relative_to(root)), name, missing))
+  return found
+
+
+def test_public_api_is_typed():
+  assert unannotated(ROOT) == []
+
+
+def test_a_missing_hint_is_found(tmp_path):
+  (tmp_path / "tf_dp" / "analysis").mkdir(parents=True)
+  (tmp_path / "tf_dp" / "analysis" / "m.py").write_text(
+      "def f(x: int, y) -> int:\n  return x\n"
+      "def _private(x):\n  return x\n"
+      "class C:\n  def g(self, x: int):\n    return x\n")
+  assert unannotated(tmp_path) == [
+      ("tf_dp/analysis/m.py", "f", ["y"]),
+      ("tf_dp/analysis/m.py", "C.g", ["return"])]
