@@ -110,18 +110,18 @@ class LotEngine(tf.Module):
     self.expected_lot_examples = None
 
   @property
-  def max_lot_examples(self):
+  def max_lot_examples(self) -> tf.Variable:
     """The most examples a released fixed-size or shuffled lot may hold
     (inf unless a ``PrivacyBudget`` planned with a lot size)."""
     return self._lot_limit.max_examples
 
   @property
-  def oversized_lots(self):
+  def oversized_lots(self) -> tf.Variable:
     """Lots not released because they held more than
     ``max_lot_examples``."""
     return self._lot_limit.oversized
 
-  def lift_lot_limits(self):
+  def lift_lot_limits(self) -> None:
     """No limit on the number or the size of lots (a new ``fit``: a
     ``PrivacyBudget`` sets its own)."""
     self.allowed_lots.assign(UNLIMITED_LOTS)
