@@ -8,10 +8,10 @@ accountant would compute after training.
 import warnings
 
 from tf_dp.analysis import ledger as ledger_accounting
-from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
+from tf_dp.sampling import Sampling
 from tf_dp.keras.backend import callback
 
 
@@ -178,12 +178,12 @@ class PrivacyBudget(_Callback):
     ``LedgerEvent``, and the most examples it may hold (None for Poisson
     lots, whose q is the sampler's whatever size is drawn)."""
     last = runs[-1][0]
-    if last.sampling == ledger_schema.POISSON:
+    if last.sampling == Sampling.POISSON:
       return last, None
     engine = self._engine()
     n = engine.recorded_population_size()
     lot = max(round(e.sampling_probability * e.population_size)
-              for e, _ in runs if e.sampling != ledger_schema.POISSON)
+              for e, _ in runs if e.sampling != Sampling.POISSON)
     lot = min(n, max(lot, engine.expected_lot_examples or 0))
     return ledger_accounting.LedgerEvent(
         last.sampling, lot / n, last.noise_multiplier, n,
