@@ -45,6 +45,8 @@ flags.DEFINE_enum("sampling", "poisson", ["poisson", "fixed_size",
                   "epochs (accounted like fixed-size: the conventional "
                   "approximation, with a warning).")
 flags.DEFINE_integer("train_examples", 60000, "Use the first N examples.")
+flags.DEFINE_integer("test_examples", 10000,
+                     "Evaluate on the first N test examples.")
 flags.DEFINE_string("mnist_path", None, "Optional path to MNIST.")
 flags.DEFINE_string("out_dir", "out/mnist_dpsgd", "Where plots and a JSON "
                     "summary are written.")
@@ -114,8 +116,8 @@ def main(argv):
   (x, y), (xt, yt) = tf_dp.data.load_mnist(FLAGS.mnist_path)
   x = (x[:FLAGS.train_examples, ..., None] / 255.0).astype("float32")
   y = y[:FLAGS.train_examples].astype("int32")
-  xt = (xt[..., None] / 255.0).astype("float32")
-  yt = yt.astype("int32")
+  xt = (xt[:FLAGS.test_examples, ..., None] / 255.0).astype("float32")
+  yt = yt[:FLAGS.test_examples].astype("int32")
   n = len(x)
   q = FLAGS.batch_size / n
   sampling = FLAGS.sampling

@@ -1,7 +1,8 @@
 """The main job (``scripts/main.sh``: tutorials/mnist_dpsgd_keras.py) runs
 under each sampling on a slice of MNIST and prints its accuracy and epsilon.
 
-One pass over 1024 examples in lots of 128 (q = 1/8: 8 lots). The ledger
+One pass over 1024 examples in lots of 128 (q = 1/8: 8 lots), evaluated
+on 1000 test examples. The ledger
 the run wrote records those lots as drawn; the epsilon printed is its PLD
 epsilon (to the 3 decimals printed) and lies below its RDP epsilon; the
 accuracy is only checked to be printed and a probability (a short run).
@@ -25,7 +26,8 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 def test_main_job_trains_and_prints_accuracy_and_epsilon(sampling, tmp_path):
   out = subprocess.run(
       [sys.executable, os.path.join(ROOT, "tutorials", "mnist_dpsgd_keras.py"),
-       f"--sampling={sampling}", "--train_examples=1024", "--batch_size=128",
+       f"--sampling={sampling}", "--train_examples=1024", "--test_examples=1000",
+       "--batch_size=128",
        "--epochs=1", "--verbose=0", f"--out_dir={tmp_path}"],
       capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
