@@ -342,3 +342,99 @@ def test_a_lot_left_open_by_a_fit_is_discarded_by_the_next(K, sampling):
     model.fit(lots(1), verbose=0)
   assert len(_samples(model)) == 2
   assert int(engine.batches_in_lot.numpy()) == 0
+
+
+def _batch_centring_model(K):
+  """A model with a layer that subtracts the batch mean: one example's
+  gradient depends on the others (the self-check must refuse it)."""
+
+  class BatchCentre(K.layers.Layer):
+
+    def call(self, inputs):
+      return inputs - tf.reduce_mean(inputs, axis=0, keepdims=True)
+
+  model = helpers.build_model(K, "dense")
+  model = K.Sequential([K.layers.Input((6,)), BatchCentre()] +
+                       list(model.layers))
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+def _every_fit_input(K, x, y):
+  """Every kind of input fit accepts (name, fit kwargs)."""
+
+  def generator():
+    while True:
+      for i in range(0, N, BATCH):
+        yield x[i:i + BATCH], y[i:i + BATCH]
+
+  base = getattr(K.utils, "PyDataset", None) or K.utils.Sequence
+
+  class Batches(base):
+
+    def __len__(self):
+      return N // BATCH
+
+    def __getitem__(self, i):
+      return x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH]
+
+  return {
+      "arrays": dict(x=x, y=y, batch_size=BATCH),
+      "dataset": dict(x=tf.data.Dataset.from_tensor_slices((x, y)).batch(
+          BATCH)),
+      "generator": dict(x=generator(), steps_per_epoch=N // BATCH),
+      base.__name__: dict(x=Batches()),
+  }
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("given",
+                         ["arrays", "dataset", "generator", "batches"])
+def test_the_self_check_runs_on_every_input_kind(K, given):
+  """A layer that mixes examples is refused before any step whatever fit
+  is given (it trained unseen on a generator and a PyDataset, with one
+  example moving the update by 4.5 x 2C)."""
+  x, y = helpers.make_data("dense", N)
+  model = _batch_centring_model(K)
+  inputs = _every_fit_input(K, x, y)
+  kwargs = inputs[given] if given in inputs else list(inputs.values())[-1]
+  before = _weights(model)
+  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
+    model.fit(epochs=1, verbose=0, **kwargs)
+  for a, b in zip(before, _weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert _samples(model) == []
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_generator_trains_on_every_batch_after_the_self_check(K):
+  """The self-check reads the generator's first batch and gives it back:
+  fit trains on all of them (one lot per batch, q = BATCH / N)."""
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "shuffled")
+
+  def generator():
+    for i in range(0, N, BATCH):
+      yield x[i:i + BATCH], y[i:i + BATCH]
+
+  model.fit(generator(), epochs=1, verbose=0)
+  assert [s["sampling_probability"] for s in _samples(model)] == [
+      pytest.approx(BATCH / N)] * (N // BATCH)
+
+
+def test_an_input_the_self_check_cannot_read_is_refused():
+  """Any other input (here an iterable that is not an iterator) is
+  refused with the reason while the self-check is on."""
+  model = _batch_centring_model(KERAS[0].values[0])
+
+  class Opaque:
+
+    def __iter__(self):
+      return iter(())
+
+  with pytest.raises(ValueError, match="could not read the first batch"):
+    model.fit(Opaque(), epochs=1, verbose=0)
+

@@ -9,6 +9,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 ``evaluate``, ``predict``) is unchanged.
 """
 
+import collections.abc
 import inspect
 import math
 import types
@@ -53,20 +54,76 @@ def _dp_train_step(self, data):
   return logs
 
 
-def _first_batch(self, args, kwargs):
-  """A few examples of what ``fit`` will train on, or None if unknown."""
+class _NoBatch(Exception):
+  """The first batch of a ``fit`` input cannot be read (the reason)."""
+
+
+def _fit_input(args, kwargs):
+  """``fit``'s ``x`` and ``y`` as Keras reads them (positional or named)."""
+  return (kwargs.get("x", args[0] if args else None),
+          kwargs.get("y", args[1] if len(args) > 1 else None))
+
+
+def _with_fit_input(args, kwargs, x):
+  """``fit``'s arguments with ``x`` replaced."""
+  if "x" in kwargs or not args:
+    return args, dict(kwargs, x=x)
+  return (x,) + tuple(args[1:]), kwargs
+
+
+def _peek_first_batch(self, args, kwargs):
+  """``(batch, args, kwargs)``: a few examples of what ``fit`` will train on
+  as ``(x, y, sample_weight)`` (None if the input holds no batch), and
+  ``fit``'s arguments to train on (a generator's first batch, read here,
+  is put back in front of it).
+
+  Reads every kind of input ``fit`` accepts: arrays and tensors (and nests
+  of them), a ``tf.data.Dataset``, a Python generator or iterator, and a
+  ``keras.utils.PyDataset`` (Keras 3) or ``keras.utils.Sequence`` (Keras 2).
+
+  Raises:
+    _NoBatch: for any other input, with the reason.
+  """
   keras_backend = dp_step.converted_backend(self)
-  x = kwargs.get("x", args[0] if args else None)
+  x, y = _fit_input(args, kwargs)
   if isinstance(x, tf.data.Dataset):
     for batch in x.take(1):
-      return keras_backend.unpack_x_y_sample_weight(batch)
-    return None
-  y = kwargs.get("y", args[1] if len(args) > 1 else None)
-  if x is None or y is None or not all(
-      hasattr(t, "shape") for t in tf.nest.flatten((x, y))):
-    return None
-  return (tf.nest.map_structure(_head, x), tf.nest.map_structure(_head, y),
-          _head(kwargs.get("sample_weight")))
+      return keras_backend.unpack_x_y_sample_weight(batch), args, kwargs
+    return None, args, kwargs
+  if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
+    try:
+      batch = next(x)
+    except StopIteration:
+      return None, args, kwargs
+    args, kwargs = _with_fit_input(args, kwargs, _prepended(batch, x))
+    return _unpacked_head(keras_backend, batch), args, kwargs
+  if (hasattr(x, "__getitem__") and hasattr(x, "__len__")
+      and not hasattr(x, "shape")
+      and not isinstance(x, (list, tuple, dict))):
+    if len(x) == 0:  # pylint: disable=g-explicit-length-test
+      return None, args, kwargs
+    return _unpacked_head(keras_backend, x[0]), args, kwargs
+  if x is not None and all(hasattr(t, "shape") for t in tf.nest.flatten(x)):
+    return (tf.nest.map_structure(_head, x),
+            None if y is None else tf.nest.map_structure(_head, y),
+            _head(kwargs.get("sample_weight"))), args, kwargs
+  raise _NoBatch(f"fit was given a {type(x).__name__}, from which tf_dp "
+                 f"cannot read a first batch without consuming it")
+
+
+def _prepended(first, rest):
+  """A generator of ``first``, then of what ``rest`` yields (Keras takes
+  generators, not other iterators)."""
+  yield first
+  yield from rest
+
+
+def _unpacked_head(keras_backend, batch):
+  """A few examples of one batch of a generator or a PyDataset."""
+  x, y, sample_weight = keras_backend.unpack_x_y_sample_weight(
+      tuple(batch) if isinstance(batch, list) else batch)
+  head = lambda s: None if s is None else tf.nest.map_structure(_head, s)
+  return head(x), head(y), head(sample_weight)
 
 
 def _head(t, count=8):
@@ -80,27 +137,21 @@ def _head(t, count=8):
   return t[:count]
 
 
-def _build_on_first_batch(self, args, kwargs):
+def _build_on_first_batch(self, batch):
   """Builds a model that is not built yet (a Sequential without ``Input``,
   a subclassed model) by calling it on a few examples of what ``fit`` will
   train on, so that the DP state is created for its variables."""
   if self.built and self.trainable_variables:
     return
-  batch = _first_batch(self, args, kwargs)
   if batch is not None:
     self(batch[0], training=False)
 
 
-def _self_check(self, args, kwargs):
+def _self_check(self, batch):
   """``check_privacy`` on the first batch of the first ``fit``."""
   if not self._tf_dp_self_check or getattr(self, "_tf_dp_checked", False):  # pylint: disable=protected-access
     return
   from tf_dp.keras import privacy_check  # pylint: disable=g-import-not-at-top
-  try:
-    batch = _first_batch(self, args, kwargs)
-  except (TypeError, ValueError, tf.errors.OpError) as e:
-    batch = None
-    logging.warning("tf_dp privacy self-check skipped: %s", e)
   if batch is None or getattr(self, "optimizer", None) is None:
     return
   x, y, sample_weight = batch
@@ -112,6 +163,29 @@ def _self_check(self, args, kwargs):
     logging.warning("tf_dp privacy self-check could not run (%s: %s); "
                     "training continues without it.", type(e).__name__, e)
   self._tf_dp_checked = True  # pylint: disable=protected-access
+
+
+def _first_batch_for_fit(self, args, kwargs):
+  """``_peek_first_batch``, when the model needs a batch (to be built, or
+  for the self-check); an input it cannot read refuses ``fit`` when the
+  self-check is to run, with the reason and the fixes."""
+  needs_check = (self._tf_dp_self_check  # pylint: disable=protected-access
+                 and not getattr(self, "_tf_dp_checked", False))
+  if not needs_check and self.built and self.trainable_variables:
+    return None, args, kwargs
+  try:
+    return _peek_first_batch(self, args, kwargs)
+  except (_NoBatch, TypeError, ValueError, tf.errors.OpError) as e:
+    if not needs_check:
+      return None, args, kwargs
+    raise ValueError(
+        f"tf_dp's privacy self-check could not read the first batch of "
+        f"fit's input ({e}), and fit does not train without it: a layer "
+        f"that mixes examples would break the privacy guarantee unseen. "
+        f"Give fit arrays, a tf.data.Dataset, a generator or a "
+        f"keras.utils.PyDataset; or run tf_dp.keras.check_privacy(model, "
+        f"x, y) on a batch yourself and convert the model with "
+        f"make_private(model, self_check=False).") from e
 
 
 def strategy_workers(model):
@@ -356,8 +430,9 @@ def _dp_fit(self, *args, **kwargs):
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
   try:
-    _build_on_first_batch(self, args, kwargs)
-    _self_check(self, args, kwargs)
+    batch, args, kwargs = _first_batch_for_fit(self, args, kwargs)
+    _build_on_first_batch(self, batch)
+    _self_check(self, batch)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
