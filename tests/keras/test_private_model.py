@@ -438,3 +438,33 @@ def test_an_input_the_self_check_cannot_read_is_refused():
   with pytest.raises(ValueError, match="could not read the first batch"):
     model.fit(Opaque(), epochs=1, verbose=0)
 
+
+@pytest.mark.parametrize("K", KERAS)
+def test_accumulated_lots_never_straddle_two_passes_over_arrays(K):
+  """40 arrays in batches of 10: 4 batches per pass. With lots of 3
+  batches and steps_per_epoch=6 (a multiple of 3), Keras 2 feeds one
+  iterator over reshuffled passes, so the second lot took the last batch
+  of one pass and two of the next (an example could count twice): refused
+  before any step. Lots of 2 batches start every pass and train."""
+  x, y = helpers.make_data("dense", N)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+      gradient_accumulation_steps=3),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  _assert_refused_before_any_step(
+      model, _weights(model),
+      lambda: model.fit(x, y, batch_size=BATCH, steps_per_epoch=6, epochs=2,
+                        verbose=0),
+      "4 batches per pass", "gradient_accumulation_steps=3")
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+      gradient_accumulation_steps=2),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(x, y, batch_size=BATCH, steps_per_epoch=2, epochs=2, verbose=0)
+  assert [s["sampling_probability"] for s in _samples(model)] == [
+      pytest.approx(2 * BATCH / N)] * 2
+

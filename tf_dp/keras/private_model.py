@@ -272,6 +272,44 @@ def expected_lot_examples(bound, examples, batches_per_lot):
   return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
 
 
+def check_lots_within_passes(config, bound, examples):
+  """Refuses a ``fit`` on arrays whose shuffled lots of several batches
+  could straddle two passes over the arrays.
+
+  A shuffled lot of ``k = gradient_accumulation_steps`` batches is
+  recorded as one sample of ``k * batch_size`` distinct examples. With
+  ``steps_per_epoch``, Keras 2 draws the batches of every epoch from one
+  iterator over reshuffled passes, so a lot that starts less than ``k``
+  batches before the end of a pass ends in the next one, and may hold an
+  example twice (a 2C contribution to one lot). Lots start at a pass's
+  first batch exactly when the batches of one pass are a multiple of k.
+  Keras 3 ends an epoch at the end of a pass; the rule is the same for
+  both flavours. Without ``steps_per_epoch`` an epoch is one pass, and
+  ``LotBoundaryGuard`` requires its steps to be a multiple of k.
+
+  Privacy contract: called by ``fit`` before any step.
+
+  Raises:
+    ValueError: naming the batches per pass, k and the fixes.
+  """
+  k = config.gradient_accumulation_steps
+  if (k == 1 or config.sampling != "shuffled" or examples is None
+      or not bound.get("steps_per_epoch")):
+    return
+  batch_size = bound.get("batch_size") or 32
+  per_pass = -(-examples // batch_size)
+  if per_pass % k:
+    raise ValueError(
+        f"fit on {examples} examples in batches of {batch_size} makes "
+        f"{per_pass} batches per pass over the arrays, not a multiple of "
+        f"gradient_accumulation_steps={k}: with steps_per_epoch="
+        f"{bound.get('steps_per_epoch')} a lot of {k} shuffled batches would "
+        f"take batches from two passes and could hold an example twice, "
+        f"which its ledger sample does not account for. Choose batch_size "
+        f"so that the batches per pass are a multiple of {k}, or leave "
+        f"steps_per_epoch out.")
+
+
 # The samplers whose datasets hold the lots each declared sampling promises.
 _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
              "poisson": "tf_dp.data.poisson_sampled_batches"}
@@ -426,6 +464,7 @@ def _dp_fit(self, *args, **kwargs):
     examples = training_examples(bound)
     engine.expected_lot_examples = expected_lot_examples(
         bound, examples, engine.config.gradient_accumulation_steps)
+    check_lots_within_passes(engine.config, bound, examples)
     if examples is not None:
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
