@@ -77,6 +77,20 @@ def pfor_hazard_layer_classes():
   return ()
 
 
+def uses_batch_statistics(layer, training):
+  """Whether BatchNormalization ``layer``, called with ``training``,
+  normalises with the batch's statistics, as the layer itself decides
+  (``_get_training_value``: a frozen layer runs in inference mode; None
+  means the learning phase). A training tensor whose value is unknown
+  counts as True."""
+  training = layer._get_training_value(training)  # pylint: disable=protected-access
+  if tf.is_tensor(training):
+    training = tf.get_static_value(training)
+    if training is None:
+      return True
+  return bool(training)
+
+
 def make_randomness_per_example(layer):
   """Nothing to do: Keras 2's random layers draw with stateful TF ops,
   which give each example its own draw under ``tf.vectorized_map``."""

@@ -60,6 +60,18 @@ def pfor_hazard_layer_classes():
   return (layers.EinsumDense, layers.MultiHeadAttention)
 
 
+def uses_batch_statistics(layer, training):
+  """Whether BatchNormalization ``layer``, called with ``training``,
+  normalises with the batch's statistics (Keras 3: ``training`` and the
+  layer trainable; a frozen layer runs in inference mode). A ``training``
+  tensor whose value is unknown counts as True."""
+  if tf.is_tensor(training):
+    training = tf.get_static_value(training)
+    if training is None:
+      return bool(layer.trainable)
+  return bool(training) and bool(layer.trainable)
+
+
 # --- Randomness: one independent draw per example. ---
 
 
