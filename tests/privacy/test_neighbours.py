@@ -63,8 +63,6 @@ def _valid(case, names):
       case.microbatches or case.weighting in ("sample_weight",
                                               "class_weight")):
     return False  # Poisson lots carry presence weights, no microbatches.
-  if case.model == "shared" and case.method == "fast":
-    return False  # A layer called twice is refused by "fast" (by design).
   if case.weighting == "class_weight" and (
       kind not in ("sparse", "binary") or case.model == "two_outputs"):
     return False

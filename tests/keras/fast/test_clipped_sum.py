@@ -83,3 +83,34 @@ def test_a_weight_read_outside_its_layer_is_refused(K):
                                       noise_multiplier=0.5)
   with pytest.raises(ValueError, match="read outside the call of the layer"):
     model.fit(x, y, batch_size=6, epochs=1, verbose=0)
+
+
+def _shared_layers_model(K):
+  """One Dense applied to two inputs and to its own output, one Embedding
+  and one LayerNormalization used twice: each variable used several times
+  per forward pass."""
+  L = K.layers
+  init = lambda seed: K.initializers.GlorotUniform(seed=seed)
+  tokens = L.Input((5,), dtype="int32")
+  features = L.Input((5, 4))
+  embedding = L.Embedding(12, 4, embeddings_initializer=init(1),
+                          name="shared_embedding")
+  dense = L.Dense(4, activation="tanh", kernel_initializer=init(2),
+                  bias_initializer=init(3), name="shared_dense")
+  norm = L.LayerNormalization(name="shared_norm")
+  h = norm(dense(embedding(tokens)) + dense(dense(features)))
+  h = norm(h + embedding(L.Lambda(lambda t: (t + 1) % 12)(tokens)))
+  h = L.GlobalAveragePooling1D()(h)
+  return K.Model([tokens, features], L.Dense(3, kernel_initializer=init(4))(h))
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_shared_layers_sum_their_uses(K):
+  rng = np.random.default_rng(1)
+  x = [rng.integers(0, 12, size=(6, 5)).astype("int32"),
+       rng.normal(size=(6, 5, 4)).astype("float32")]
+  y = rng.integers(0, 3, size=6).astype("int32")
+  plan = loop_reference.fast_step_matches_loop(K, _shared_layers_model(K), x,
+                                               y, CLIP)
+  for name in ("shared_embedding", "shared_dense", "shared_norm"):
+    assert plan[name].startswith("fast rule"), plan

@@ -81,7 +81,8 @@ def _exact_factor_sq_norms(layer, x, g):
   return np.asarray(out)
 
 
-@pytest.mark.parametrize("name", sorted(_lora_cases()))
+@pytest.mark.parametrize(
+    "name", ["dense", "einsum_output", "einsum_query", "embedding"])
 @pytest.mark.parametrize("magnitude", [1e3, 1e9])
 def test_lora_norms_bound_every_record_and_one_record_moves_the_sum_by_c(
     name, magnitude):

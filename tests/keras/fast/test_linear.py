@@ -204,3 +204,46 @@ def test_microbatched_records_are_certified(K):
                                                        tf.float64))
     exact.append(sum(float(np.sum(np.square(gr.numpy()))) for gr in grads))
   assert np.all(sq >= np.asarray(exact) * (1 - 1e-6)), (sq, exact)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("magnitude", [1e3, 1e9])
+def test_a_shared_layer_is_certified_for_the_sum_of_its_calls(K, magnitude):
+  # Call 2 undoes call 1 (same inputs, output gradients negated plus a
+  # small part): each call's gradient is huge, their sum is not.
+  layer = K.layers.Dense(12)
+  rng = np.random.default_rng(int(magnitude) % 97)
+  x = rng.normal(size=(4, 8, 10)).astype("float32")
+  x[0] *= magnitude
+  layer(tf.constant(x[:1]))
+  g1 = rng.normal(size=(4, 8, 12)).astype("float32")
+  g2 = (-g1 + rng.normal(size=g1.shape)).astype("float32")
+  rule = rules_lib.rule_for(layer)
+  taps = [taps_lib.Tap(layer, (tf.constant(x),), {}, None)] * 2
+
+  def outputs(drop=None):
+    state = rule.prepare_calls(layer, taps, [tf.constant(g1),
+                                             tf.constant(g2)], 4)
+    sq = rule.sq_norms(state)
+    total = tf.add_n(sq)
+    keep = tf.math.is_finite(total)
+    if drop is not None:
+      keep &= tf.range(4) != drop
+    scale = clipping.scale_from_squared_norm(
+        tf.where(keep, total, tf.zeros_like(total)), CLIP)
+    scale = tf.where(keep, scale, tf.zeros_like(scale))
+    sums = rule.clipped_sums(state, [scale] * len(sq), keep)
+    return np.stack([s.numpy() for s in sq], 1), [s.numpy() for s in sums]
+
+  sq, sums = outputs()
+  x64 = x.astype(np.float64)
+  g64 = g1.astype(np.float64) + g2.astype(np.float64)
+  exact_kernel = np.sum(np.square(np.einsum("rtk,rtc->rkc", x64, g64)),
+                        (1, 2))
+  np.testing.assert_array_less(exact_kernel * (1 - 1e-6), sq[:, 0])
+  for r in range(4):
+    _, without = outputs(drop=r)
+    moved = np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64)
+                                         - np.asarray(b, np.float64)))
+                        for a, b in zip(sums, without)))
+    assert moved <= CLIP * (1 + 1e-4), (r, moved)

@@ -337,6 +337,11 @@ class SeparableConv2DRule(linear.LinearRule):
     state.update(u=u, g_u=g_u)
     return state
 
+  def prepare_calls(self, layer, taps, out_grads, records):
+    raise linear.FastPathUnavailable(
+        f"layer {layer.name!r} is called {len(taps)} times in one forward "
+        "pass")
+
   def sq_norms(self, state):
     layer, records = state["layer"], state["records"]
     a, g = _depthwise_rows(layer, layer.depthwise_kernel, state["x"],

@@ -193,6 +193,13 @@ class LoraMixin:
           layer.lora_kernel_b, layer.lora_alpha / layer.lora_rank, records)
     return state
 
+  def prepare_calls(self, layer, taps, out_grads, records):
+    if lora_enabled(layer):
+      raise linear.FastPathUnavailable(
+          f"layer {layer.name!r} has LoRA and is called {len(taps)} times "
+          "in one forward pass")
+    return super().prepare_calls(layer, taps, out_grads, records)
+
   def kernel_part_sq_norms(self, state):
     if "lora" in state:
       return state["lora"].sq_norms()

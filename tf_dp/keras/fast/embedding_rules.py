@@ -94,6 +94,18 @@ class EmbeddingRule:
       state["rows"] = scale * tf.gather(a, ids)
     return state
 
+  def prepare_calls(self, layer, taps, out_grads, records):
+    """A shared embedding: every call's positions, concatenated."""
+    if einsum_rule.lora_enabled(layer):
+      raise linear.FastPathUnavailable(
+          f"layer {layer.name!r} has LoRA and is called {len(taps)} times "
+          "in one forward pass")
+    states = [self.prepare(layer, tap, grad, records)
+              for tap, grad in zip(taps, out_grads)]
+    return {"layer": layer, "records": records,
+            "ids": tf.concat([s["ids"] for s in states], 1),
+            "g": tf.concat([s["g"] for s in states], 1)}
+
   def sq_norms(self, state):
     ids, g, records = state["ids"], state["g"], state["records"]
     if "g_back" not in state:

@@ -330,6 +330,43 @@ class LinearRule:
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
     return {"layer": layer, "x": x, "g": out_grad, "records": records}
 
+  def prepare_calls(self, layer, taps, out_grads, records):
+    """A layer called several times in one forward pass (a shared layer):
+    a record's kernel gradient is the sum over calls of ``A_i^T G_i``,
+    that is ``A^T G`` for the rows of every call concatenated along
+    positions, whose ghost or materialised norm includes the cross terms
+    between calls and is certified as for one call; the clipped sum adds
+    each call's kernel sum."""
+    calls = [self.prepare(layer, tap, grad, records)
+             for tap, grad in zip(taps, out_grads)]
+    return {"layer": layer, "records": records, "calls": calls}
+
+  def _calls_sq_norms(self, state):
+    layer, records = state["layer"], state["records"]
+    rows = [self.kernel_rows(layer, c["x"], c["g"], records)
+            for c in state["calls"]]
+    a = tf.concat([tf.cast(r[0], r[1].dtype) for r in rows], 1)
+    norms = [kernel_sq_norms(a, tf.concat([r[1] for r in rows], 1),
+                             records)]
+    if self.has_bias(layer):
+      state["bias_grads"] = tf.add_n([
+          bias_grads(c["g"], layer.bias.shape, records)
+          for c in state["calls"]])
+      norms.append(exact_sq_norms(state["bias_grads"]))
+    return norms
+
+  def _calls_sums(self, state, scales, keep):
+    layer, records = state["layer"], state["records"]
+    total = tf.add_n([self.kernel_sum(
+        layer, per_example(c["x"], records, keep),
+        per_example(per_example(c["g"], records, keep), records, scales[0]))
+                      for c in state["calls"]])
+    out = [tf.reshape(total, tf.shape(self.kernel(layer)))]
+    if len(scales) > 1:
+      bias = mask(state["bias_grads"], keep)
+      out.append(tf.tensordot(scales[1], bias, axes=[[0], [0]]))
+    return out
+
   def kernel_norms_and_grads(self, layer, x, g, records):
     """``([R] squared norms, per-record kernel gradients or None)``.
 
@@ -368,6 +405,8 @@ class LinearRule:
     return [tf.reshape(total, tf.shape(kernel))]
 
   def sq_norms(self, state):
+    if "calls" in state:
+      return self._calls_sq_norms(state)
     layer, records = state["layer"], state["records"]
     norms = self.kernel_part_sq_norms(state)
     if self.has_bias(layer):
@@ -377,6 +416,8 @@ class LinearRule:
     return norms
 
   def clipped_sums(self, state, scales, keep):
+    if "calls" in state:
+      return self._calls_sums(state, scales, keep)
     layer = state["layer"]
     parts = len(self.kernel_variables(layer))
     out = self.kernel_part_sums(state, scales[:parts], keep)

@@ -40,6 +40,13 @@ class _AffineNormRule:
       per_record.append(tf.reduce_sum(g, 1))
     return {"per_record": per_record}
 
+  def prepare_calls(self, layer, taps, out_grads, records):
+    """A shared layer: each record's gradients summed over the calls."""
+    states = [self.prepare(layer, tap, grad, records)
+              for tap, grad in zip(taps, out_grads)]
+    return {"per_record": [tf.add_n(list(parts)) for parts in zip(
+        *(state["per_record"] for state in states))]}
+
   def sq_norms(self, state):
     return [linear.exact_sq_norms(p) for p in state["per_record"]]
 
@@ -108,6 +115,7 @@ class RMSNormalizationRule:
     return {"per_record": [tf.reduce_sum(
         g * linear.per_record(x_hat, records), 1)]}
 
+  prepare_calls = _AffineNormRule.prepare_calls
   sq_norms = _AffineNormRule.sq_norms
   clipped_sums = _AffineNormRule.clipped_sums
 

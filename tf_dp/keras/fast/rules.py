@@ -12,6 +12,10 @@ A rule answers for one layer class:
   * ``clipped_sums(state, scales, keep)``: ``sum_r scales_v[r] * grad_v[r]``
     per variable (records to drop have ``keep`` false and are masked, so
     NaN or inf in a dropped record cannot leak into the sum).
+  * optionally ``prepare_calls(layer, taps, out_grads, records)``: the state
+    of a layer called several times in one forward pass, whose per-record
+    gradient is the sum over its calls (shared layers, tied embeddings);
+    without it such a layer makes the fast path unavailable.
 
 Rules are looked up by class. A subclass uses its parent's rule only if
 neither it nor any class between it and the parent defines anything but
