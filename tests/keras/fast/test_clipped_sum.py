@@ -114,3 +114,28 @@ def test_shared_layers_sum_their_uses(K):
                                                y, CLIP)
   for name in ("shared_embedding", "shared_dense", "shared_norm"):
     assert plan[name].startswith("fast rule"), plan
+
+
+def test_an_einsum_subclass_with_its_own_call_is_refused_with_the_fix():
+  """No rule for a subclass that computes something else; the per-layer
+  fallback would run it under tf.vectorized_map (TF 2.21 oneDNN hazard),
+  so it is refused, naming register_rule."""
+  K = pytest.importorskip("keras")
+  if (int(K.__version__.split(".")[0]) < 3
+      or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (2, 16)):
+    pytest.skip("Keras 3 on TF >= 2.16 only")
+
+  class Squared(K.layers.EinsumDense):
+    def call(self, inputs, training=None):
+      return super().call(inputs) ** 2
+
+  layer = Squared("abc,cd->abd", (6, 4))
+  inputs = K.layers.Input((6, 5))
+  h = K.layers.GlobalAveragePooling1D()(layer(inputs))
+  model = K.Model(inputs, K.layers.Dense(3)(h))
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  model = loop_reference.compile_fast(K, model, 6, loss, CLIP,
+                                      noise_multiplier=0.5)
+  x = np.random.default_rng(0).normal(size=(6, 6, 5)).astype("float32")
+  with pytest.raises(ValueError, match="register_rule"):
+    model.fit(x, np.zeros(6, "int32"), batch_size=6, epochs=1, verbose=0)

@@ -158,9 +158,12 @@ VECTORIZED_EINSUM_ERROR = (
     "TensorFlow {version}'s oneDNN kernels corrupt memory for the einsum / "
     "matmul it builds (rank-4 x rank-2; tensorflow#117700, fixed upstream by "
     "#120199). Use per_example_method='auto' (the default) and an "
-    "EinsumDense configuration the fast rule supports (no LoRA, no "
-    "quantization): tf_dp's fast path computes EinsumDense and "
-    "MultiHeadAttention gradients without vectorized_map.")
+    "EinsumDense configuration the fast rule supports (no quantization; "
+    "LoRA where the kernel's last axis is an output axis): tf_dp's fast "
+    "path computes EinsumDense and MultiHeadAttention gradients without "
+    "vectorized_map. A subclass that defines its own call, build or "
+    "properties has no rule until you register one: "
+    "tf_dp.keras.fast.register_rule(YourLayer, rule).")
 
 
 def _einsum_classes():
