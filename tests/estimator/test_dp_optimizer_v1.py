@@ -77,11 +77,37 @@ def test_query_with_its_own_ledger_is_refused():
                                             dp_query=query)
 
 
+def test_batch_by_time_loss_is_each_example_mean_over_time():
+  """A [batch, time] loss (a language model's): each example's loss is its
+  mean over time, clipped as one record; equals the per-example loop on
+  the time-averaged loss."""
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(6, 4, 3)).astype(np.float32)
+  y = rng.normal(size=(6, 4)).astype(np.float32)
+  w0 = rng.normal(size=3).astype(np.float32)
+  total = np.zeros_like(w0)
+  for xi, yi in zip(x, y):
+    g = np.mean([2 * (xt @ w0 - yt) * xt for xt, yt in zip(xi, yi)], axis=0)
+    total += g * min(1.0, 0.5 / np.linalg.norm(g))
+  with tf.Graph().as_default():
+    w = tf.Variable(w0)
+    loss = tf.square(tf.einsum("btk,k->bt", tf.constant(x), w) - y)
+    with pytest.warns(UserWarning):
+      opt = dp_estimator.DPGradientDescentOptimizer(
+          0.5, 0.0, 6, learning_rate=0.1)
+    train = opt.minimize(loss, var_list=[w])
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      sess.run(train)
+      np.testing.assert_allclose(sess.run(w), w0 - 0.1 * total / 6,
+                                 rtol=1e-5, atol=1e-6)
+
+
 def test_scalar_loss_is_refused():
   with tf.Graph().as_default():
     w = tf.Variable([1.0])
     opt = dp_estimator.DPGradientDescentOptimizer(1.0, 1.0, 10, 0.1)
-    with pytest.raises(ValueError, match="one value per example"):
+    with pytest.raises(ValueError, match="a value per example"):
       opt.minimize(tf.reduce_mean(w * 2.0), var_list=[w])
 
 

@@ -119,14 +119,15 @@ class _DPMixin:
     by ``tf_dp.core.lot.release`` (noise once, one ledger sample).
 
     Args:
-      loss: The ``[batch]`` per-example loss tensor.
+      loss: The per-example loss tensor: ``[batch]``, or ``[batch, ...]``
+        (each example's loss is then its mean over the other axes).
       var_list: The variables (default: the trainable variables).
 
     Returns:
       A list of ``(mean_gradient, variable)`` pairs.
 
     Raises:
-      ValueError: if ``loss`` is a callable or not of shape ``[batch]``, or
+      ValueError: if ``loss`` is a callable or a scalar, or
         under a ``tf.distribute`` strategy with several replicas.
     """
     del kwargs
@@ -135,10 +136,16 @@ class _DPMixin:
       raise ValueError("tf_dp v1 optimizers need the per-example loss "
                        "tensor, not a callable.")
     loss = tf.convert_to_tensor(loss)
-    if loss.shape.rank != 1:
+    if not loss.shape.rank:
       raise ValueError(
-          f"The loss must have one value per example (shape [batch]); got "
-          f"shape {loss.shape}. Do not reduce it with tf.reduce_mean.")
+          f"The loss must have a value per example (shape [batch], or "
+          f"[batch, ...] such as [batch, time]); got shape {loss.shape}. "
+          f"Pass it before it is averaged over the batch (e.g. the output "
+          f"of tf.nn.softmax_cross_entropy_with_logits, not its "
+          f"tf.reduce_mean).")
+    if loss.shape.rank > 1:
+      # Each example's loss is its own mean over its other axes (time...).
+      loss = tf.reduce_mean(loss, axis=list(range(1, loss.shape.rank)))
     if var_list is None:
       var_list = _v1.trainable_variables()
     cfg = self._dp_config
@@ -179,3 +186,29 @@ class DPAdamOptimizer(_DPMixin, _v1.train.AdamOptimizer):
 
 class DPAdagradOptimizer(_DPMixin, _v1.train.AdagradOptimizer):
   """DP ``tf.compat.v1.train.AdagradOptimizer`` (see DPGradientDescentOptimizer)."""
+
+
+_CLASSES = {}
+
+
+def dp_optimizer_class(optimizer_class):
+  """The DP version of a ``tf.compat.v1.train`` optimizer class (created on
+  first use, then the same class): arguments ``(l2_norm_clip,
+  noise_multiplier, population_size, *args, num_microbatches=None,
+  dp_query=None, ...)``, then ``optimizer_class``'s. Privacy contract: as
+  ``DPGradientDescentOptimizer``."""
+  known = {_v1.train.GradientDescentOptimizer: DPGradientDescentOptimizer,
+           _v1.train.AdamOptimizer: DPAdamOptimizer,
+           _v1.train.AdagradOptimizer: DPAdagradOptimizer}
+  if optimizer_class in known:
+    return known[optimizer_class]
+  if not (isinstance(optimizer_class, type)
+          and issubclass(optimizer_class, _v1.train.Optimizer)):
+    raise TypeError(f"optimizer_class must be a tf.compat.v1.train.Optimizer "
+                    f"class; got {optimizer_class!r}.")
+  if optimizer_class not in _CLASSES:
+    _CLASSES[optimizer_class] = type(
+        f"DP{optimizer_class.__name__}", (_DPMixin, optimizer_class),
+        {"__doc__": f"DP ``{optimizer_class.__name__}`` (see "
+                    f"DPGradientDescentOptimizer)."})
+  return _CLASSES[optimizer_class]
