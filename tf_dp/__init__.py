@@ -34,7 +34,6 @@ _LAZY_NAMES = {
     "GaussianSumQuery": "tf_dp.dp_query",
     "JointClippingQuery": "tf_dp.dp_query",
     "NestedQuery": "tf_dp.dp_query",
-    "NoPrivacyQuery": "tf_dp.dp_query",
     "NoPrivacyAverageQuery": "tf_dp.dp_query",
     "NoPrivacySumQuery": "tf_dp.dp_query",
     "NormalizedQuery": "tf_dp.dp_query",

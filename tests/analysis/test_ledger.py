@@ -7,6 +7,7 @@ import pytest
 
 from tf_dp import analysis
 from tf_dp.analysis import ledger as ledger_lib
+from tf_dp.analysis import ledger_schema
 
 ORDERS = [float(o) for o in range(2, 65)]
 
@@ -87,7 +88,8 @@ def test_version_2_runs_account_like_the_expanded_samples():
                              analysis.compute_rdp_from_ledger(expanded,
                                                               ORDERS),
                              rtol=1e-12)
-  assert ledger_lib.ledger_as_dict(runs) == expanded
+  assert ledger_schema.encode(ledger_lib.ledger_runs(runs), 0,
+                              ledger_schema.FORMAT_V1) == expanded
   assert analysis.ledger_events(runs) == analysis.ledger_events(expanded)
   assert len(analysis.ledger_events(runs)) == 75
 

@@ -86,7 +86,7 @@ def test_buffer_runs_match_a_per_sample_reading():
                              ((1.0, 2.0), (0.5, 1.0), (2.0, 9.0)))]
   samples = [templates[rng.integers(len(templates))]
              for _ in range(60) for _ in range(rng.integers(1, 4))]
-  expected = schema.runs_from_samples(samples)
+  expected = schema.merge_runs([schema.Run(s, 1) for s in samples])
   rows, queries = schema.buffers_from_runs(
       [schema.Run(s, 1) for s in samples])
   assert schema.runs_from_buffers(rows, queries, len(rows),

@@ -87,15 +87,6 @@ def ledger_runs(ledger: LedgerLike) -> List[ledger_schema.Run]:
   return runs
 
 
-def ledger_as_dict(ledger: LedgerLike) -> Dict[str, Any]:
-  """The ledger as a validated version-1 dict: one entry per sample.
-
-  Kept for code that indexes ``["samples"]``; it expands every run, so
-  accountants should use ``ledger_event_runs`` instead.
-  """
-  return ledger_schema.encode(ledger_runs(ledger), 0, ledger_schema.FORMAT_V1)
-
-
 def sample_noise_multiplier(sum_queries: Iterable[Any]) -> float:
   """Eq. (1): the noise multiplier of one sample's Gaussian sum queries.
 

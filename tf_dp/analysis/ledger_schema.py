@@ -151,17 +151,6 @@ def check_sample(raw: Any, where: str,
             for j, q in enumerate(queries)))
 
 
-def runs_from_samples(samples: Iterable[Sample]) -> List[Run]:
-  """Run-length encodes an iterable of ``Sample`` into a list of ``Run``."""
-  runs: List[Run] = []
-  for sample in samples:
-    if runs and runs[-1].sample == sample:
-      runs[-1] = Run(sample, runs[-1].count + 1)
-    else:
-      runs.append(Run(sample, 1))
-  return runs
-
-
 def merge_runs(runs: Iterable[Run]) -> List[Run]:
   """Merges consecutive runs of equal samples (counts add)."""
   out: List[Run] = []

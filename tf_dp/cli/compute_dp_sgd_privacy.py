@@ -17,6 +17,7 @@ from absl import flags
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.sampling import ACCOUNTED
+from tf_dp.sampling import Sampling
 
 
 def main(argv):
@@ -47,7 +48,8 @@ def define_flags():
   flags.DEFINE_float("noise_multiplier", 1.1, "Noise stddev / clip norm.")
   flags.DEFINE_float("epochs", 60, "Number of epochs (may be fractional).")
   flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", "poisson", [s.value for s in ACCOUNTED],
+  flags.DEFINE_enum("sampling", Sampling.POISSON.value,
+                    [s.value for s in ACCOUNTED],
                     "How batches are drawn: poisson or fixed_size.")
   flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
                     "pld (default) or rdp.")

@@ -14,7 +14,6 @@ from tf_dp.dp_query.joint_clipping_query import JointClippingQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
 from tf_dp.dp_query.nested_query import NestedQuery
 from tf_dp.dp_query.no_privacy_query import NoPrivacyAverageQuery
-from tf_dp.dp_query.no_privacy_query import NoPrivacyQuery
 from tf_dp.dp_query.no_privacy_query import NoPrivacySumQuery
 from tf_dp.dp_query.normalized_query import NormalizedQuery
 from tf_dp.dp_query.quantile_adaptive_clip_query import QuantileAdaptiveClipSumQuery

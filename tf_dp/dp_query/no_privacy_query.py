@@ -81,7 +81,3 @@ class NoPrivacyAverageQuery(dp_query.DPQuery):
     result = tf.nest.map_structure(lambda s: s / tf.cast(count, s.dtype),
                                    sample_state.sum)
     return result, global_state, non_private_event()
-
-
-# Alias with the name used in the design documents.
-NoPrivacyQuery = NoPrivacyAverageQuery

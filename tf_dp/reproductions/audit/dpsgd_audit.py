@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import tf_dp
 from tf_dp.reproductions.audit import bounds
+from tf_dp.sampling import Sampling
 
 
 def audit_dp_sgd_step(keras, noise_multiplier, l2_norm_clip=1.0, batch=16,
@@ -29,7 +30,7 @@ def audit_dp_sgd_step(keras, noise_multiplier, l2_norm_clip=1.0, batch=16,
   optimizer = tf_dp.DPOptimizer(
       keras.optimizers.SGD(1.0), l2_norm_clip=l2_norm_clip,
       noise_multiplier=noise_multiplier, population_size=n,
-      sampling="poisson", sampling_probability=1.0, dp_query=dp_query,
+      sampling=Sampling.POISSON, sampling_probability=1.0, dp_query=dp_query,
       max_lots=2 * trials + 10)
   model.compile(optimizer=optimizer, loss="mse")
   x = np.zeros((n, dims), np.float32)
@@ -80,7 +81,7 @@ def audit_dp_sgd_fit(keras, noise_multiplier, l2_norm_clip=1.0, batch=8,
   optimizer = tf_dp.DPOptimizer(
       keras.optimizers.SGD(1.0), l2_norm_clip=l2_norm_clip,
       noise_multiplier=noise_multiplier, population_size=n,
-      sampling="poisson", sampling_probability=1.0,
+      sampling=Sampling.POISSON, sampling_probability=1.0,
       gradient_accumulation_steps=accumulation, max_lots=2 * trials + 10)
   model.compile(optimizer=optimizer, loss="mse")
   x = np.zeros((n, dims), np.float32)
@@ -98,7 +99,8 @@ def audit_dp_sgd_fit(keras, noise_multiplier, l2_norm_clip=1.0, batch=8,
     # ``accumulation`` batches, is exactly such a Poisson lot.
     data = tf_dp.data.declare_sampling(
         tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(batch),
-        "poisson", 1.0, population_size=n, batches_per_lot=accumulation)
+        Sampling.POISSON, 1.0, population_size=n,
+        batches_per_lot=accumulation)
     out = np.empty(trials)
     for i in range(trials):
       kernel.assign(zeros)
