@@ -277,3 +277,45 @@ def test_mirrored_strategy_draws_once_per_step(secure):
   assert result["replicas_equal"] and result["steps_differ"]
   # 4000 values: the sample stddev has sd 1/sqrt(8000) = 1.1%; 6% is 5 sd.
   assert result["std"] == pytest.approx(1.0, rel=0.06)
+
+
+def test_float64_sums_get_float64_noise():
+  """Noise on the float32 grid added to a float64 sum lets an adversary who
+  knows the other records tell neighbours apart (the sum minus the known
+  part must lie on the float32 grid). Default-mode noise for a float64 sum
+  is drawn in float64: none of 200k values is a float32 number (of a
+  continuous float64 normal, a fraction of ~2^-29 would be), and they are
+  N(0, stddev^2). float32 sums keep their float32 draw."""
+  n, stddev = 200000, 20.0
+  query = GaussianSumQuery(1.0, stddev)
+  state = query.initial_global_state()
+  for run in (lambda f: f(), lambda f: tf.function(f)()):
+    noised = run(lambda: query.get_noised_result(
+        [tf.zeros([n], tf.float64), tf.zeros([3], tf.float32)], state)[0])
+    assert noised[0].dtype == tf.float64 and noised[1].dtype == tf.float32
+    values = noised[0].numpy()
+    on_float32_grid = values.astype(np.float32).astype(np.float64) == values
+    assert np.sum(on_float32_grid) == 0
+    _check_standard_normal(values / stddev, "float64 noise")
+  draws = noise.stateless_standard_normals(
+      [[n]], tf.constant([7, 8], tf.int64), dtype=tf.float64)
+  assert draws[0].dtype == tf.float64
+  _check_standard_normal(draws[0].numpy(), "float64 sampler")
+  # 53-bit uniforms: u1 >= 2^-54, |z| <= sqrt(-2 ln 2^-54) = 8.65.
+  assert np.max(np.abs(draws[0].numpy())) <= 8.66
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_16_bit_sums_are_noised_in_float32_and_rounded_once(dtype):
+  """A 16-bit sum gets the float32 draw added in float32, and the noisy
+  sum rounded once to 16 bits: never the noise rounded to 16 bits alone
+  and then added in 16 bits (two roundings)."""
+  generator = noise.NoiseGenerator(noise_seed=11)
+  x = tf.fill([100000], tf.constant(1.0, dtype))
+  nonce = tf.constant([11, 0], tf.int64)
+  noised = generator.add([x], 0.1, nonce)[0]
+  draw = generator.add([tf.zeros([100000], tf.float32)], 0.1, nonce)[0]
+  expected = tf.cast(tf.cast(x, tf.float32) + draw, dtype)
+  assert noised.dtype == dtype
+  np.testing.assert_array_equal(noised.numpy().astype(np.float32),
+                                expected.numpy().astype(np.float32))

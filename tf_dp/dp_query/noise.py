@@ -21,7 +21,11 @@ in one of three modes:
   ``os.urandom`` through ``tf.numpy_function`` instead. Philox is not a
   cryptographically secure generator (and Philox-4x32's key is 64 bits):
   the noise is unpredictable to whoever lacks access to the process, and
-  that is the whole guarantee.
+  that is the whole guarantee. Noise is drawn at the precision of the sum
+  it is added to (float64 normals for float64 sums, so they are not on the
+  float32 grid; a float16 or bfloat16 sum is noised in float32 and rounded
+  once). It is not hardened against floating-point attacks (Mironov 2012):
+  ``secure_mode`` is.
 * **fixed** (``noise_seed=int``, tests only, warns): the same sampler,
   seeded by ``nonce`` itself;
   reproducible and therefore removable by anyone who knows the int.
@@ -122,6 +126,13 @@ class NoiseGenerator:
 
     ``stream`` separates several draws made with one nonce (e.g. two sums
     of one query); it matters only for a fixed noise_seed.
+
+    Precision: the noise is drawn at the precision of what it is added to:
+    float64 normals (53-bit uniforms) for float64 leaves, float32 normals
+    for float32 leaves; a 16-bit leaf (float16, bfloat16) gets float32
+    noise added in float32 and the sum rounded once to 16 bits (the noise
+    is never rounded to 16 bits on its own). Secure mode draws float64 for
+    every leaf and rounds the noisy sum once.
     """
     leaves = [tf.convert_to_tensor(x) for x in tf.nest.flatten(structure)]
     if self._secure_mode:
@@ -130,16 +141,58 @@ class NoiseGenerator:
       seed = (tf.convert_to_tensor(nonce, tf.int64)
               if self._noise_seed is not None else _secret_seed())
       seed = tf.random.experimental.stateless_fold_in(seed, stream)
-      draws = stateless_standard_normals(
-          [x.shape if x.shape.is_fully_defined() else tf.shape(x)
-           for x in leaves], seed, scale=stddev)
-      noised = [x + tf.cast(draw, x.dtype) for x, draw in zip(leaves, draws)]
+      noised = list(leaves)
+      for precision in (tf.float32, tf.float64):
+        where = [i for i, x in enumerate(leaves)
+                 if _noise_dtype(x.dtype) == precision]
+        if not where:
+          continue
+        # float32 draws keep the seed of a float32-only structure.
+        draws = stateless_standard_normals(
+            [leaves[i].shape if leaves[i].shape.is_fully_defined()
+             else tf.shape(leaves[i]) for i in where],
+            seed if precision == tf.float32 else
+            tf.random.experimental.stateless_fold_in(seed, _FLOAT64_STREAM),
+            scale=stddev, dtype=precision)
+        for i, draw in zip(where, draws):
+          x = leaves[i]
+          noised[i] = tf.cast(tf.cast(x, precision) + draw, x.dtype)
     return tf.nest.pack_sequence_as(structure, noised)
+
+
+def _noise_dtype(dtype):
+  """The precision noise for a leaf of ``dtype`` is drawn and added at."""
+  return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+# Folded into the seed of the float64 draws of a structure.
+_FLOAT64_STREAM = 64
 
 
 # --- The default sampler ---
 
 _TWO_PI = 2.0 * math.pi
+
+
+def _box_muller_float64(count, seed, scale=None):
+  """``count`` i.i.d. N(0, scale^2) float64 values: Box-Muller on 53-bit
+  uniforms, each made of two 32-bit Philox words (27 + 26 bits), so the
+  values are not confined to the float32 grid."""
+  half = (count + 1) // 2
+  words = tf.random.stateless_uniform([4, half], seed=seed, minval=None,
+                                      maxval=None, dtype=tf.uint32)
+  bits = [tf.cast(w, tf.float64) for w in
+          (words[0] // 32, words[1] // 64, words[2] // 32, words[3] // 64)]
+  u1 = (bits[0] * 2.0 ** 26 + bits[1] + 0.5) * (2.0 ** -53)  # in (0, 1)
+  u2 = (bits[2] * 2.0 ** 26 + bits[3]) * (2.0 ** -53)        # in [0, 1)
+  radius = tf.sqrt(-2.0 * tf.math.log(u1))
+  if scale is not None:
+    radius *= tf.cast(scale, tf.float64)
+  angle = _TWO_PI * u2
+  both = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)
+  if isinstance(count, int) and count % 2 == 0:
+    return both
+  return both[:count]
 
 
 def _box_muller_float32(count, seed, scale=None):
@@ -171,28 +224,31 @@ def _box_muller_float32(count, seed, scale=None):
 
 
 def stateless_standard_normals(
-    shapes: Sequence[Any], seed: tf.Tensor, scale: Optional[tf.Tensor] = None
-) -> List[tf.Tensor]:
-  """Independent N(0, 1) float32 tensors of the given shapes, from one
-  stateless ``seed`` (int64 ``[2]``): the default mode's sampler. With
-  ``scale``, N(0, scale^2) (the same draw, multiplied once by ``scale``).
+    shapes: Sequence[Any], seed: tf.Tensor, scale: Optional[tf.Tensor] = None,
+    dtype: tf.DType = tf.float32) -> List[tf.Tensor]:
+  """Independent N(0, 1) tensors of the given shapes, from one stateless
+  ``seed`` (int64 ``[2]``): the default mode's sampler. With ``scale``,
+  N(0, scale^2) (the same draw, multiplied once by ``scale``). ``dtype``
+  float32 (32-bit uniforms) or float64 (53-bit uniforms).
 
   One draw serves every shape (a structure's leaves are noised with one
   batch of Philox words and one set of kernels, not one per leaf).
   """
   if not shapes:
     return []
+  box_muller = (_box_muller_float64 if tf.as_dtype(dtype) == tf.float64
+                else _box_muller_float32)
   static = [_static_shape(s) for s in shapes]
   if all(s is not None for s in static):
     sizes = [int(np.prod(s, dtype=np.int64)) for s in static]
-    flat = _box_muller_float32(sum(sizes), seed, scale)
+    flat = box_muller(sum(sizes), seed, scale)
     parts = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
     return [tf.reshape(p, s) for p, s in zip(parts, static)]
   # A shape known only at run time: one draw per shape, seeds folded in.
   out = []
   for i, shape in enumerate(shapes):
     shape = tf.convert_to_tensor(shape, tf.int32)
-    draw = _box_muller_float32(
+    draw = box_muller(
         tf.reduce_prod(shape), tf.random.experimental.stateless_fold_in(
             seed, i), scale)
     out.append(tf.reshape(draw, shape))
