@@ -113,6 +113,31 @@ def test_save_load_continue_keeps_the_ledger(K, fmt, tmp_path):
   _assert_full_ledger(K, loaded)
 
 
+@pytest.mark.parametrize("K,fmt", CASES)
+def test_the_ledger_is_there_as_soon_as_the_model_is_loaded(K, fmt,
+                                                            tmp_path):
+  # Reading epsilon of a saved model before training it again: the loaded
+  # ledger holds the 8 lots, and gives the saved model's epsilon.
+  model = _compiled(K)
+  _fit(model, 2)
+  saved_epsilon = _epsilon(model.optimizer.ledger)
+  assert saved_epsilon > 0
+  loaded = _save_and_load(K, fmt, model, tmp_path)
+  assert int(loaded.optimizer.ledger.sample_count) == 2 * LOTS_PER_EPOCH
+  assert _epsilon(loaded.optimizer.ledger) == pytest.approx(saved_epsilon,
+                                                            rel=1e-12)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_model_checkpoint_file_holds_the_ledger(K, tmp_path):
+  path = str(tmp_path / ("best.keras" if _is_keras3(K) else "best.h5"))
+  model = _compiled(K)
+  _fit(model, 2, callbacks=[K.callbacks.ModelCheckpoint(path)])
+  loaded = K.models.load_model(path)
+  assert _epsilon(loaded.optimizer.ledger) == pytest.approx(
+      _epsilon(model.optimizer.ledger), rel=1e-12)
+
+
 @pytest.mark.parametrize("K", KERAS)
 def test_backup_and_restore_keeps_the_ledger(K, tmp_path):
   backup_dir = str(tmp_path / "backup")

@@ -164,7 +164,12 @@ class DPOptimizerMixin:
         variable.assign(value)
       pending.keras_values = None
     if not self.dp_engine.built:
-      return  # Until the model's first step builds the engine.
+      # The ledger is readable now (epsilon of a loaded model); the lot
+      # state waits for the model's first step to build the engine, which
+      # restores the ledger again (into the ledger it then uses).
+      if pending.state:
+        optimizer_state.restore_ledger(self.dp_engine.ledger, pending.state)
+      return
     if pending.keras_values is not None:
       warnings.warn(
           f"The saved state of optimizer {self.name!r} has "
