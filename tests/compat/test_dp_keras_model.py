@@ -131,3 +131,16 @@ def test_tf_privacy_only_arguments():
                      layers=[K.layers.Input((3,)), _dense()])
   with pytest.raises(ValueError, match="use_xla"):
     tfp.DPSequential(1.0, 1.1, True, layers=[K.layers.Input((3,)), _dense()])
+
+
+def test_default_layer_registry_means_tf_dp_rules():
+  """TF Privacy's tests and scripts pass make_default_layer_registry():
+  accepted (tf_dp picks its fast rules itself); a registry of one's own
+  layers is refused naming tf_dp.keras.fast."""
+  from tf_dp.compat.tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry  # pylint: disable=g-import-not-at-top
+  registry = layer_registry.make_default_layer_registry()
+  model = tfp.DPSequential(1.0, 1.1, layer_registry=registry,
+                           layers=[K.layers.Input((3,)), _dense()])
+  assert tf_dp.keras.is_private(model)
+  with pytest.raises(ValueError, match="tf_dp.keras.fast"):
+    registry.insert(K.layers.Dense, lambda *args: None)

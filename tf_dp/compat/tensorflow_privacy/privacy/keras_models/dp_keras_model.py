@@ -16,12 +16,14 @@ Privacy:
   subclass ``tf.keras.Model`` and call ``make_private`` instead of
   subclassing ``DPModel``.
 * ``use_xla`` is accepted and ignored (``compile(jit_compile=...)``
-  decides); ``layer_registry`` is refused (tf_dp picks its fast clipping
-  rules itself, ``tf_dp.keras.fast``).
+  decides); ``layer_registry`` may be None or TF Privacy's default
+  registry (``make_default_layer_registry()``): tf_dp picks its fast
+  clipping rules itself (``tf_dp.keras.fast``).
 """
 
 import types
 
+from tf_dp.compat.tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as layer_registry_lib
 from tf_dp.keras import optimizer as optimizer_lib
 from tf_dp.keras import private_model
 
@@ -41,11 +43,13 @@ def _dp_compile(self, optimizer="rmsprop", *args, population_size=None,  # pylin
 
 def _make_dp(model, l2_norm_clip, noise_multiplier, num_microbatches,
              layer_registry, population_size):
-  if layer_registry is not None:
+  if layer_registry is not None and not isinstance(
+      layer_registry, layer_registry_lib.LayerRegistry):
     raise ValueError(
         "layer_registry is TF Privacy's fast-clipping registry; tf_dp "
         "chooses fast per-layer rules itself (register user layers with "
-        "tf_dp.keras.fast). Pass layer_registry=None.")
+        "tf_dp.keras.fast). Pass layer_registry=None (or TF Privacy's "
+        "make_default_layer_registry(), which means the same).")
   if isinstance(num_microbatches, bool):
     raise ValueError("num_microbatches must be None or an integer; got a "
                      "bool (did you mean use_xla?).")
@@ -69,7 +73,7 @@ def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylin
   Args:
     l2_norm_clip, noise_multiplier, num_microbatches: As TF Privacy's.
     use_xla: Ignored (kept for TF Privacy's signature).
-    layer_registry: Must be None.
+    layer_registry: None, or ``make_default_layer_registry()`` (the same).
     *args, **kwargs: Passed to ``tf.keras.Sequential`` (e.g. ``layers``).
     population_size: Number of training examples (here or to ``compile``).
 

@@ -1,0 +1,1 @@
+"""TF Privacy's ``fast_gradient_clipping`` package: its default registry."""
