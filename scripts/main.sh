@@ -9,5 +9,5 @@ py="$(scripts/setup_env.sh tf221 | tail -n 1)"
 if [ -f tutorials/mnist_dpsgd_keras.py ]; then
   exec "$py" tutorials/mnist_dpsgd_keras.py "$@"
 fi
-exec "$py" -m tf_dp.analysis.compute_dp_sgd_privacy --n=60000 --batch_size=256 \
+exec "$py" -m tf_dp.cli.compute_dp_sgd_privacy --n=60000 --batch_size=256 \
   --noise_multiplier=1.1 --epochs=60 --delta=1e-5 "$@"
