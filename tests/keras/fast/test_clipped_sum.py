@@ -139,3 +139,50 @@ def test_an_einsum_subclass_with_its_own_call_is_refused_with_the_fix():
   x = np.random.default_rng(0).normal(size=(6, 6, 5)).astype("float32")
   with pytest.raises(ValueError, match="register_rule"):
     model.fit(x, np.zeros(6, "int32"), batch_size=6, epochs=1, verbose=0)
+
+
+def _off_batch_model(K, layout, seq=8, width=3):
+  """A model whose Dense sees rows that are not examples: a table of
+  ``seq`` positions (as many rows as the batch below: a shape check on the
+  batch size cannot tell them apart) or a time-major transpose."""
+
+  class OffBatch(K.layers.Layer):
+
+    def __init__(self, **kwargs):
+      super().__init__(**kwargs)
+      self.proj = K.layers.Dense(width, use_bias=False,
+                                 kernel_initializer=(
+                                     K.initializers.GlorotUniform(seed=1)))
+
+    def call(self, x):
+      if layout == "positions":
+        return x + self.proj(tf.one_hot(tf.range(seq), seq))
+      return tf.transpose(self.proj(tf.transpose(x, [1, 0, 2])), [1, 0, 2])
+
+  inputs = K.layers.Input((seq, width))
+  h = K.layers.Flatten()(OffBatch(name="off_batch")(inputs))
+  return K.Model(inputs, K.layers.Dense(2, kernel_initializer=(
+      K.initializers.GlorotUniform(seed=2)))(h))
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("layout", ["positions", "time_major"])
+def test_a_layer_on_rows_that_are_not_examples_is_refused(K, layout):
+  # Before this was refused, the position table's gradient rows were split
+  # into 8 pseudo-records each summing every example's terms: replacing one
+  # example moved the clipped sum by 3.0 x 2C (batch 16, 16 positions;
+  # 1.7 x at batch 4, 8 positions).
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
+  model = _off_batch_model(K, layout)
+  model.compile(loss=K.losses.MeanSquaredError())
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
+  y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
+  query = GaussianSumQuery(0.01, 0.0)
+  params = query.derive_sample_params(query.initial_global_state())
+  with pytest.raises(clipped_sum.FastPathUnavailable,
+                     match="off_batch|dense.*does not follow the batch"):
+    clipped_sum.clipped_batch_sum(model, losses_lib.per_example_loss_fn(
+        model), x, y, None, query, params)

@@ -7,7 +7,9 @@ Algorithm (one batched forward, two cheap passes):
    per-example losses.
 2. One backward pass to the tapped outputs gives, for every layer, each
    record's output gradient (rows of different records never mix: layers
-   that mix examples, like BatchNormalization, are refused earlier).
+   that mix examples, like BatchNormalization, are refused earlier, and so
+   is a layer called on a tensor whose leading axis does not follow the
+   batch, ``_check_rows_by_example``).
 3. Each layer's rule gives every record's squared gradient norm per
    variable (ghost norm, materialised, or a local vectorised VJP).
 4. The ``DPQuery`` turns norms into per-record scale factors
@@ -260,6 +262,49 @@ def _check_calls(unit, rules, session):
         session.original_call(unit)[0])
 
 
+def _rows_not_by_example(units, session):
+  """The first tapped tensor of a symbolic call whose leading dimension is
+  known although the batch's is not, as ``(layer name, shape)``, or None."""
+  for unit in units:
+    for tap in session.all_taps.get(id(unit), []):
+      for t in taps_lib.tensors_of(tap) + [
+          t for t in tf.nest.flatten(tap.output) if tf.is_tensor(t)]:
+        if t.shape.rank == 0 or (t.shape.rank is not None
+                                 and t.shape[0] is not None):
+          return unit.name, t.shape
+  return None
+
+
+def _check_rows_by_example(model, x, units, pre_activation):
+  """Raises FastPathUnavailable unless every tapped tensor is laid out by
+  example: its leading axis has the batch's size or a multiple of it.
+
+  The rules read a record's rows as leading rows of each tap. A layer
+  called on a tensor that does not follow the batch (a Dense applied to a
+  constant position table, or to a time-major transpose) would hold other
+  examples' gradients in every record's rows: one example would then move
+  every record's clipped term. Decided once per model by tracing (never
+  running) a call on a batch of unknown size, where every tensor that
+  follows the batch has an unknown leading dimension, whatever the batch
+  sizes the model later meets.
+  """
+  cached = getattr(model, "_tf_dp_rows_not_by_example", "unchecked")
+  if cached == "unchecked":
+    spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), x)
+    with taps_lib.TapSession(units, pre_activation) as session:
+      tf.function(lambda t: model(t, training=True)).get_concrete_function(
+          spec)
+    cached = _rows_not_by_example(units, session)
+    model._tf_dp_rows_not_by_example = cached  # pylint: disable=protected-access
+  if cached is not None:
+    name, shape = cached
+    raise FastPathUnavailable(
+        f"layer {name!r} is called on or returns a tensor of shape {shape} "
+        "whose leading axis does not follow the batch (rows that are not "
+        "examples)")
+
+
 def _prepare(rule, unit, taps, outputs, grads, records):
   """The rule's state from the unit's taps and their output gradients
   (zeros where an output does not reach the loss)."""
@@ -290,6 +335,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   pre_activation = {k: bool(r and r.pre_activation) for k, r in rules.items()}
   first = tf.nest.flatten(x)[0]
   records = _records(first, num_microbatches)
+  _check_rows_by_example(model, x, units, pre_activation)
   with taps_lib.TapSession(units, pre_activation) as session:
     with tf.GradientTape() as tape, session.outside_reads() as outside:
       y_pred = model(x, training=True)
