@@ -217,10 +217,12 @@ def _records(tensor, num_microbatches):
   return batch if num_microbatches is None else tf.constant(num_microbatches)
 
 
-def _check_taps_cover(units, rules, variables, read_outside):
+def _check_taps_cover(units, rules, variables, read_outside, read_inside):
   """Raises FastPathUnavailable unless every trainable variable's gradient
   comes from the taps: each rule accounts for exactly its layer's trainable
-  variables, and none is read outside the call of the layer holding it."""
+  variables, and none is read outside the call of the layer holding it
+  (``read_outside``: outside every tapped call; ``read_inside``: per unit,
+  inside its calls)."""
   # A tape watches the resource variable under a Keras 3 variable: both
   # share the handle.
   handle = lambda v: id(getattr(v, "handle", v))
@@ -231,7 +233,13 @@ def _check_taps_cover(units, rules, variables, read_outside):
       raise FastPathUnavailable(
           f"variable {v.name} is read outside the call of the layer that "
           "holds it (a layer reads a sublayer's weights directly)")
-  for unit in units:
+  for unit, reads in zip(units, read_inside):
+    held = {handle(v) for v in trainable_of(unit, trainable)}
+    for v in reads:
+      if handle(v) in handles and handle(v) not in held:
+        raise FastPathUnavailable(
+            f"variable {v.name} is read inside the call of layer "
+            f"{unit.name!r}, which does not hold it")
     rule = rules[id(unit)]
     if rule is None:
       continue
@@ -342,7 +350,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       losses = loss_fn(y, y_pred, sample_weight)
       record_losses = tf.reduce_mean(tf.reshape(losses, [records, -1]), 1)
       total = tf.reduce_sum(record_losses)
-  _check_taps_cover(units, rules, variables, outside.watched_variables())
+  _check_taps_cover(units, rules, variables, outside.watched_variables(),
+                    [session.reads.get(id(u), []) for u in units])
   for unit in units:
     _check_calls(unit, rules, session)
   unit_taps = [session.all_taps[id(u)] for u in units]

@@ -9,8 +9,10 @@ they are, plus the call arguments, so that its per-record gradients can be
 recomputed locally.
 
 ``outside_reads`` gives a tape that sees the variables read outside the
-tapped calls: a variable read there (a layer reading its sublayer's kernel
-directly) would have gradient terms no tap records.
+tapped calls, and collects in ``reads`` those read inside each tapped call:
+a variable read outside the call of the layer holding it (a layer reading
+its sublayer's kernel directly, or another layer's weights) would have
+gradient terms no tap of its own layer records.
 """
 
 import contextlib
@@ -39,32 +41,40 @@ class TapSession:
     self.call_counts = {}
     self._originals = {}
     self._outside = None
-    self._depth = 0
+    self._watcher = None
+    self.reads = {}  # Variables read inside each layer's calls, by layer id.
 
   @contextlib.contextmanager
   def outside_reads(self):
     """A tape that watches the variables read outside the tapped calls
     (``watched_variables()``) while the block runs."""
     with tf.GradientTape() as tape:
-      self._outside = tape
+      self._outside = self._watcher = tape
       try:
         yield tape
       finally:
-        self._outside = None
+        self._outside = self._watcher = None
 
   def _record(self, layer, tap):
     self.taps[id(layer)] = tap
     self.all_taps.setdefault(id(layer), []).append(tap)
 
-  def _run(self, original, args, kwargs):
-    if self._outside is None or self._depth:
+  def _run(self, layer, original, args, kwargs):
+    """Runs the layer's call; under ``outside_reads``, the variables it
+    reads are collected in ``reads`` (not in the tape of the enclosing
+    code, or of an enclosing tapped call)."""
+    if self._outside is None:
       return original(*args, **kwargs)
-    self._depth += 1
-    try:
-      with self._outside.stop_recording():
-        return original(*args, **kwargs)
-    finally:
-      self._depth -= 1
+    enclosing = self._watcher
+    with enclosing.stop_recording():
+      with tf.GradientTape() as watcher:
+        self._watcher = watcher
+        try:
+          return original(*args, **kwargs)
+        finally:
+          self._watcher = enclosing
+          self.reads.setdefault(id(layer), []).extend(
+              watcher.watched_variables())
 
   def _make_call(self, layer, original):
     def call(*args, **kwargs):
@@ -73,12 +83,12 @@ class TapSession:
         activation = layer.activation
         layer.activation = None
         try:
-          z = self._run(original, args, kwargs)
+          z = self._run(layer, original, args, kwargs)
         finally:
           layer.activation = activation
         self._record(layer, Tap(layer, args, kwargs, z))
         return z if activation is None else activation(z)
-      out = self._run(original, args, kwargs)
+      out = self._run(layer, original, args, kwargs)
       self._record(layer, Tap(layer, args, kwargs, out))
       return out
     return call
