@@ -204,8 +204,9 @@ class LocalVectorizedRule:
     return {"per_record": [tf.cast(p, tf.float32) for p in per_record]}
 
   def sq_norms(self, state):
-    return [tf.reduce_sum(tf.square(tf.reshape(p, [tf.shape(p)[0], -1])), 1)
-            for p in state["per_record"]]
+    # What each record adds is these tensors: float64 sums of squares
+    # raised by the cast margin never fall below their squared norms.
+    return [linear.exact_sq_norms(p) for p in state["per_record"]]
 
   def clipped_sums(self, state, scales, keep):
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
