@@ -26,6 +26,8 @@ from ``tf.vectorized_map`` (tests check 1e-5), at a cost close to one
 ordinary training step.
 """
 
+import weakref
+
 import tensorflow as tf
 
 from tf_dp.keras import backend
@@ -36,6 +38,8 @@ from tf_dp.keras.fast import taps as taps_lib
 
 
 FastPathUnavailable = linear.FastPathUnavailable
+# model -> {tapped layer ids: _rows_not_by_example's answer}.
+_ROWS_CHECKED = weakref.WeakKeyDictionary()
 
 
 def _is_model(layer):
@@ -296,15 +300,18 @@ def _check_rows_by_example(model, x, units, pre_activation):
   follows the batch has an unknown leading dimension, whatever the batch
   sizes the model later meets.
   """
-  cached = getattr(model, "_tf_dp_rows_not_by_example", "unchecked")
-  if cached == "unchecked":
+  # Per model and set of tapped layers (unfreezing a layer adds a unit);
+  # kept off the model, whose attributes Keras tracks and saves.
+  checked = _ROWS_CHECKED.setdefault(model, {})
+  key = tuple(sorted(id(u) for u in units))
+  if key not in checked:
     spec = tf.nest.map_structure(
         lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), x)
     with taps_lib.TapSession(units, pre_activation) as session:
       tf.function(lambda t: model(t, training=True)).get_concrete_function(
           spec)
-    cached = _rows_not_by_example(units, session)
-    model._tf_dp_rows_not_by_example = cached  # pylint: disable=protected-access
+    checked[key] = _rows_not_by_example(units, session)
+  cached = checked[key]
   if cached is not None:
     name, shape = cached
     raise FastPathUnavailable(
