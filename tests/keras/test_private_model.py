@@ -344,7 +344,7 @@ def test_a_lot_left_open_by_a_fit_is_discarded_by_the_next(K, sampling):
   assert int(engine.batches_in_lot.numpy()) == 0
 
 
-def _batch_centring_model(K):
+def _batch_centring_model(K, **dp_kwargs):
   """A model with a layer that subtracts the batch mean: one example's
   gradient depends on the others (the self-check must refuse it)."""
 
@@ -358,7 +358,7 @@ def _batch_centring_model(K):
                        list(model.layers))
   model = tf_dp.keras.make_private(model)
   model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N),
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N, **dp_kwargs),
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
   return model
 
@@ -468,3 +468,27 @@ def test_accumulated_lots_never_straddle_two_passes_over_arrays(K):
   assert [s["sampling_probability"] for s in _samples(model)] == [
       pytest.approx(2 * BATCH / N)] * 2
 
+
+@pytest.mark.parametrize("K", KERAS)
+def test_padding_rows_do_not_hide_a_mixing_layer(K):
+  """A Poisson dataset whose first lot drew no example: its rows are all
+  padding, copies of one example with weight 0, so the check's neighbour
+  (one row replaced by another) equals the batch. Checked on them the
+  batch-centring layer passed and trained; the check reads examples of
+  positive weight from the next lots and refuses it."""
+  x, y = helpers.make_data("dense", N)
+  index = np.concatenate([np.zeros(BATCH, np.int64),
+                          np.arange(BATCH, 3 * BATCH)])
+  weight = np.concatenate([np.zeros(BATCH),
+                           np.ones(2 * BATCH)]).astype("float32")
+  lots = tf.data.Dataset.from_tensor_slices(
+      (x[index], y[index], weight)).batch(BATCH)
+  lots = tf_dp.data.declare_sampling(lots, "poisson", BATCH / N)
+  model = _batch_centring_model(K, sampling="poisson",
+                                sampling_probability=BATCH / N)
+  before = _weights(model)
+  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
+    model.fit(lots, epochs=1, verbose=0)
+  for a, b in zip(before, _weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert _samples(model) == []

@@ -24,6 +24,7 @@ from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
 from tf_dp.keras import optimizer_base
+from tf_dp.keras import per_example
 
 
 def _dp_train_step(self, data):
@@ -87,9 +88,7 @@ def _peek_first_batch(self, args, kwargs):
   keras_backend = dp_step.converted_backend(self)
   x, y = _fit_input(args, kwargs)
   if isinstance(x, tf.data.Dataset):
-    for batch in x.take(1):
-      return keras_backend.unpack_x_y_sample_weight(batch), args, kwargs
-    return None, args, kwargs
+    return _weighted_rows_of_dataset(keras_backend, x), args, kwargs
   if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
     try:
       batch = next(x)
@@ -109,6 +108,59 @@ def _peek_first_batch(self, args, kwargs):
             _head(kwargs.get("sample_weight"))), args, kwargs
   raise _NoBatch(f"fit was given a {type(x).__name__}, from which tf_dp "
                  f"cannot read a first batch without consuming it")
+
+
+def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
+  """At least ``rows`` examples of positive weight (all a batch holds
+  without weights) from the first batches of ``dataset`` (at most
+  ``batches``), as ``(x, y, sample_weight)``; None for an empty dataset.
+
+  A Poisson lot is padded with rows of weight 0 (copies of one example):
+  a check on a small first lot's padding compares examples that are equal
+  and whose gradients are zero whatever the model does, and proves
+  nothing. A Poisson or fixed-size dataset draws fresh lots when iterated,
+  so reading a few here changes none of the lots ``fit`` trains on.
+
+  Raises:
+    _NoBatch: if those batches hold fewer than 2 such examples.
+  """
+  parts = []
+  for batch in dataset.take(batches):
+    batch = keras_backend.unpack_x_y_sample_weight(batch)
+    if batch[2] is None:
+      return batch
+    parts.append(_positive_weight_rows(batch))
+    if sum(int(per_example.batch_size(p[0])) for p in parts) >= rows:
+      break
+  if not parts:
+    return None
+  joined = tuple(None if part is None else tf.nest.map_structure(
+      lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
+  if int(per_example.batch_size(joined[0])) < 2:
+    raise _NoBatch(f"its first {len(parts)} batch(es) hold fewer than 2 "
+                   f"examples of positive weight")
+  return joined
+
+
+def _positive_weight_rows(batch):
+  """The rows of ``(x, y, sample_weight)`` whose weight is positive."""
+  weight = tf.reshape(tf.cast(batch[2], tf.float32),
+                      [per_example.batch_size(batch[2]), -1])[:, 0]
+  keep = tf.where(weight > 0)[:, 0]
+
+  def gather(t):
+    if isinstance(t, tf.SparseTensor):
+      return tf.sparse.from_dense(tf.gather(tf.sparse.to_dense(t), keep))
+    return tf.gather(t, keep)
+
+  return tuple(None if part is None else tf.nest.map_structure(gather, part)
+               for part in batch)
+
+
+def _concat_rows(parts):
+  if isinstance(parts[0], tf.SparseTensor):
+    return tf.sparse.concat(0, list(parts), expand_nonconcat_dims=True)
+  return tf.concat(list(parts), 0)
 
 
 def _prepended(first, rest):
