@@ -492,3 +492,51 @@ def test_padding_rows_do_not_hide_a_mixing_layer(K):
   for a, b in zip(before, _weights(model)):
     np.testing.assert_array_equal(a, b)
   assert _samples(model) == []
+
+
+def _poisson_model(K, n, q, metrics, **compile_kwargs):
+  """A dense model under Poisson lots that does not move (learning rate 0),
+  so that the reported metrics can be recomputed from its predictions."""
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.0), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=n, sampling="poisson", sampling_probability=q),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=metrics, **compile_kwargs)
+  return model
+
+
+def _poisson_lots(x, y, q, lots):
+  """Poisson lots drawn once (the sampler's, seed 5), as a dataset marked
+  with their sampling whose every iteration yields these same lots: fit
+  trains on exactly the lots the test reads."""
+  drawn = list(tf_dp.data.poisson_sampled_batches(x, y, q, lots, seed=5))
+  stacked = tuple(np.stack([b[k].numpy() for b in drawn]) for k in range(3))
+  data = tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensor_slices(stacked), "poisson", q,
+      population_size=len(x))
+  present = stacked[2] > 0
+  return data, stacked[0][present], stacked[1][present], stacked[2].size
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_poisson_padding_is_never_counted_in_the_reported_metrics(K):
+  n, q, lots = 64, 0.25, 6
+  x, y = helpers.make_data("dense", n)
+  model = _poisson_model(K, n, q, ["accuracy"])
+  data, inputs, labels, rows = _poisson_lots(x, y, q, lots)
+  assert rows > 2 * len(labels)  # About 36 padding rows of 52 a lot.
+  history = model.fit(data, verbose=0)
+  logits = model.predict(inputs, verbose=0)
+  truth = np.mean(np.argmax(logits, -1) == labels)
+  # Padding rows hold zeros, label 0: counted, they move the accuracy.
+  padding_right = np.argmax(model.predict(x[:1] * 0, verbose=0)) == 0
+  with_padding = (truth * len(labels) + padding_right * (
+      rows - len(labels))) / rows
+  assert abs(with_padding - truth) > 0.1
+  assert history.history["accuracy"][0] == pytest.approx(truth, abs=1e-6)
+  # The loss too is the mean over the drawn examples.
+  losses = -np.log(np.exp(logits[np.arange(len(labels)), labels]) /
+                   np.exp(logits).sum(-1))
+  assert history.history["loss"][0] == pytest.approx(
+      np.mean(losses), rel=1e-5)

@@ -46,6 +46,8 @@ def _dp_train_step(self, data):
   loss_fn = losses_lib.per_example_loss_fn(self)
   y_pred, _, penalty = dp_step.private_step(self, optimizer, loss_fn, x, y,
                                             sample_weight)
+  x, y, y_pred, sample_weight = _drawn_rows(optimizer, x, y, y_pred,
+                                            sample_weight)
   # The loss Keras reports, with ``penalty`` standing for ``model.losses``
   # when the model adds losses.
   keras_backend.reported_loss(self, x, y, y_pred, sample_weight, penalty)
@@ -53,6 +55,20 @@ def _dp_train_step(self, data):
   for name, variable in optimizer.dp_engine.dp_metrics.items():
     logs = dict(logs, **{f"dp_{name}": variable.read_value()})
   return logs
+
+
+def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
+  """``(x, y, y_pred, sample_weight)`` of the examples a Poisson lot drew,
+  without its padding rows (weight 0), for the loss and metrics Keras
+  reports: Keras's unweighted metrics (``metrics=["accuracy"]``) would
+  count the padding. Other samplings: unchanged."""
+  if optimizer.dp_engine.config.sampling != "poisson" or sample_weight is None:
+    return x, y, y_pred, sample_weight
+  weight = tf.reshape(tf.nest.flatten(sample_weight)[0], [-1])
+  rows = tf.where(weight > 0)[:, 0]
+  take = lambda t: None if t is None else tf.gather(t, rows)
+  return tuple(tf.nest.map_structure(take, part)
+               for part in (x, y, y_pred, sample_weight))
 
 
 class _NoBatch(Exception):
