@@ -9,6 +9,8 @@ optimizer, is refused before any step, so no weight changes and the ledger
 stays empty.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -540,3 +542,42 @@ def test_poisson_padding_is_never_counted_in_the_reported_metrics(K):
                    np.exp(logits).sum(-1))
   assert history.history["loss"][0] == pytest.approx(
       np.mean(losses), rel=1e-5)
+
+
+def _fixed_lots(stacked, q, n, weight_factor=None):
+  """``stacked`` lots as a marked dataset, weights times ``weight_factor``
+  of each row's label (None: as drawn)."""
+  x, y, w = stacked
+  if weight_factor is not None:
+    w = w * weight_factor[y]
+  return tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensor_slices((x, y, w)), "poisson", q,
+      population_size=n)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_class_weights_fold_into_the_weights_of_poisson_lots(K):
+  n, q = 64, 0.25
+  x, y = helpers.make_data("dense", n)
+  drawn = list(tf_dp.data.poisson_sampled_batches(x, y, q, 3, seed=5))
+  stacked = tuple(np.stack([b[k].numpy() for b in drawn]) for k in range(3))
+  class_weight = {0: 3.0, 1: 0.25}  # Class 2 keeps weight 1, as in Keras.
+
+  def trained(data, **fit_kwargs):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
+      model = helpers.compile_dp(K, helpers.build_model(K, "dense"), n,
+                                 learning_rate=0.5, noise_multiplier=0.0,
+                                 sampling="poisson", sampling_probability=q)
+    model.fit(data, verbose=0, **fit_kwargs)
+    assert int(model.optimizer.ledger.sample_count) == 3
+    return _weights(model)
+
+  weighted = trained(_fixed_lots(stacked, q, n),
+                     class_weight=class_weight)
+  reference = trained(_fixed_lots(stacked, q, n,
+                                  np.array([3.0, 0.25, 1.0], "float32")))
+  unweighted = trained(_fixed_lots(stacked, q, n))
+  for got, want in zip(weighted, reference):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  assert max(np.abs(a - b).max() for a, b in zip(weighted, unweighted)) > 1e-3

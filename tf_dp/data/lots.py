@@ -15,7 +15,7 @@ fixed-size lots only through this mark. A dataset derived from a marked one
 
 import dataclasses
 import os
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -133,6 +133,54 @@ def _mark(dataset, declared):
         f"drawn: draw new lots with the sampling you need instead.")
   setattr(dataset, _MARK, declared)
   return dataset
+
+
+def with_class_weights(dataset: tf.data.Dataset,
+                       class_weight: Dict[Any, float]) -> tf.data.Dataset:
+  """The lots of a marked dataset of ``(x, y, weight)`` batches with each
+  row's weight multiplied by its label's class weight, marked alike.
+
+  Privacy contract: the lots are the same rows, drawn as ``dataset``'s mark
+  declares; only weights change, and each row's new weight depends on its
+  own label alone (padding rows keep weight 0). Keras's ``class_weight``
+  semantics: sparse labels ``[B]`` or ``[B, 1]`` index the classes,
+  one-hot labels ``[B, C]`` by their argmax; a class without a weight
+  counts 1.
+
+  Args:
+    dataset: A dataset marked by a sampler or ``declare_sampling`` whose
+      elements are ``(x, y, weight)`` with one label tensor ``y``.
+    class_weight: ``{class index: weight}``.
+
+  Raises:
+    ValueError: if the elements are not ``(x, y, weight)`` with a single
+      label tensor, or a class weight is negative.
+  """
+  declared = declared_sampling(dataset)
+  spec = dataset.element_spec
+  if declared is None or not isinstance(spec, tuple) or len(spec) != 3 or (
+      not isinstance(spec[1], tf.TensorSpec)):
+    raise ValueError(
+        "class_weight with a sampler's lots needs a marked dataset of (x, y, "
+        "weight) batches with one label tensor y; for several outputs, "
+        "weight the examples in the loss instead.")
+  if any(not float(w) >= 0 for w in class_weight.values()):
+    raise ValueError(f"class_weight must hold weights >= 0; got "
+                     f"{class_weight!r}.")
+  size = max(int(k) for k in class_weight) + 1
+  table = tf.constant([float(class_weight.get(i, 1.0)) for i in range(size)],
+                      tf.float32)
+  one_hot = spec[1].shape.rank == 2 and (spec[1].shape[-1] or 1) > 1
+
+  def fold(x, y, weight):
+    labels = tf.argmax(y, -1) if one_hot else tf.reshape(y, [-1])
+    labels = tf.cast(labels, tf.int32)
+    inside = (labels >= 0) & (labels < size)
+    factor = tf.where(inside, tf.gather(table, tf.clip_by_value(
+        labels, 0, size - 1)), tf.ones_like(table[0]))
+    return x, y, tf.cast(weight, tf.float32) * factor
+
+  return _mark(dataset.map(fold), declared)
 
 
 def declared_sampling(dataset: tf.data.Dataset) -> Optional["DeclaredSampling"]:

@@ -516,6 +516,25 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         stacklevel=4)  # the caller of fit
 
 
+def _class_weights_into_lots(args, kwargs):
+  """``fit``'s arguments with ``class_weight`` folded into the weights of a
+  sampler's lots (Keras refuses class weights beside sample weights, and
+  a Poisson lot's weights mark which rows were drawn)."""
+  x = kwargs.get("x", args[0] if args else None)
+  class_weight = kwargs.get("class_weight")
+  if not class_weight or not isinstance(x, tf.data.Dataset) or (
+      data_lots.declared_sampling(x) is None):
+    return args, kwargs
+  spec = x.element_spec
+  if not isinstance(spec, tuple) or len(spec) != 3:
+    return args, kwargs  # (x, y) lots: Keras weights the classes itself.
+  x = data_lots.with_class_weights(x, class_weight)
+  kwargs = dict(kwargs, class_weight=None)
+  if "x" in kwargs:
+    return args, dict(kwargs, x=x)
+  return (x,) + tuple(args[1:]), kwargs
+
+
 def _dp_fit(self, *args, **kwargs):
   """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
@@ -537,6 +556,7 @@ def _dp_fit(self, *args, **kwargs):
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
   try:
+    args, kwargs = _class_weights_into_lots(args, kwargs)
     batch, args, kwargs = _first_batch_for_fit(self, args, kwargs)
     _build_on_first_batch(self, batch)
     _self_check(self, batch)
