@@ -11,6 +11,7 @@ import sys
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.fast.clipped_sum import clipping_plan
+from tf_dp.keras.group_norm import with_group_normalization
 from tf_dp.keras.optimizer import DPOptimizer
 from tf_dp.keras.privacy_check import PrivacyCheckError
 from tf_dp.keras.privacy_check import check_privacy

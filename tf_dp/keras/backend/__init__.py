@@ -36,6 +36,8 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
   random_state_restorer(layer)  a function restoring the layer's random
                                 state as it is now (None if it has none)
   get_loss(identifier), get_optimizer(identifier)
+  clone_model(model, clone_function, replaced)  a clone, nested models too
+  group_normalization(**kwargs)  a new GroupNormalization layer
   loss_container(model)         the compiled-loss container (None before
                                 compile)
   build_loss_container(container, y_true, y_pred)

@@ -211,6 +211,20 @@ def reported_loss(model, x, y, y_pred, sample_weight, penalty):
 # --- Optimizers, layers and callbacks. ---
 
 
+def clone_model(model, clone_function, replaced):
+  """``clone_model`` with ``clone_function`` (Keras 2 calls a clone without
+  the original call's ``mask``; ``replaced`` is not needed)."""
+  del replaced
+  return module().models.clone_model(model, clone_function=clone_function)
+
+
+def group_normalization(**kwargs):
+  """A new Keras 2 ``GroupNormalization``."""
+  return module().layers.GroupNormalization(**kwargs)
+
+
+
+
 def get_optimizer(identifier):
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)

@@ -348,6 +348,27 @@ def reported_loss(model, x, y, y_pred, sample_weight, penalty):
 # --- Optimizers, layers and callbacks. ---
 
 
+def clone_model(model, clone_function, replaced):
+  """``keras.models.clone_model`` with ``clone_function``, nested models
+  too; a new layer whose id is in ``replaced`` is called without the
+  ``mask`` its original's call recorded (a replacement may not take one).
+  """
+  def call_function(layer, *args, **kwargs):
+    if id(layer) in replaced:
+      kwargs.pop("mask", None)
+    return layer(*args, **kwargs)
+  return module().models.clone_model(model, clone_function=clone_function,
+                                     call_function=call_function,
+                                     recursive=True)
+
+
+def group_normalization(**kwargs):
+  """A new ``keras.layers.GroupNormalization``."""
+  return module().layers.GroupNormalization(**kwargs)
+
+
+
+
 def get_optimizer(identifier):
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
