@@ -9,6 +9,7 @@ figures of dp_accounting's PLD for three MNIST runs.
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import optimize
@@ -278,7 +279,53 @@ def test_invalid_accountant_arguments():
 def test_tiny_noise_is_bounded_in_time_and_memory():
   """Losses beyond 500 nats go to +inf (pessimistic) and over-long grids
   are coarsened, so tiny noise gives an honest answer instead of a
-  multi-gigabyte array: inf here (the true epsilon is ~1e5)."""
-  assert ours(1.0, 0.02, 100) == math.inf
+  multi-gigabyte array: inf here (the true epsilon is ~1e5). Without
+  sampling (q = 1) the steps compose in closed form: the exact ~1.27e5."""
+  assert ours(0.999, 0.02, 100) == math.inf
+  assert ours(1.0, 0.02, 100) == pytest.approx(
+      pld_gaussian.gaussian_dp_epsilon(DELTA, math.sqrt(100) / 0.02))
+  assert 1.2e5 < ours(1.0, 0.02, 100) < 1.3e5
   eps = ours(0.5, 0.1, 10)
   assert 50 < eps < rdp_epsilon(0.5, 0.1, 10)
+
+
+def _gdp_delta_mpmath(epsilon, mu):
+  """delta(epsilon) of mu-GDP at 60 digits (the reference)."""
+  mpmath.mp.dps = 60
+  eps, mu = mpmath.mpf(epsilon), mpmath.mpf(mu)
+  phi = lambda t: mpmath.ncdf(t)
+  return phi(mu / 2 - eps / mu) - mpmath.exp(eps) * phi(-mu / 2 - eps / mu)
+
+
+@pytest.mark.parametrize("sampling,sigma,steps,sensitivity", [
+    ("fixed_size", 0.05, 10, 2.0),   # raised "Target length must be positive"
+    ("fixed_size", 0.05, 1, 2.0),    # was inf
+    ("poisson", 1.0, 1, 1.0),
+    ("fixed_size", 3.0, 40, 2.0)])
+def test_unsampled_steps_are_exact_gaussian_compositions(sampling, sigma,
+                                                         steps, sensitivity):
+  """q = 1: each step is a Gaussian mechanism (sensitivity 1 add/remove, 2
+  replace-one) and their composition is exactly mu-GDP, mu^2 = steps (sens
+  / sigma)^2. The reported epsilon is finite, its delta is <= the target
+  (never below the truth) and within 1e-9 relative of the smallest such
+  epsilon (tight), against a 60-digit reference."""
+  delta = 1e-5
+  eps = pld.dp_sgd_pld_epsilon(1.0, sigma, steps, delta, sampling=sampling)
+  mu = math.sqrt(steps) * sensitivity / sigma
+  assert math.isfinite(eps)
+  assert _gdp_delta_mpmath(eps, mu) <= delta
+  assert _gdp_delta_mpmath(eps * (1 - 1e-9), mu) > delta
+  acc = pld.PLDAccountant().compose(pld.GaussianEvent(sampling, 1.0, sigma),
+                                    steps)
+  assert acc.get_delta(eps) == pytest.approx(float(_gdp_delta_mpmath(eps, mu)),
+                                             rel=1e-9, abs=1e-300)
+
+
+def test_a_window_without_finite_losses_is_all_mass_at_infinity():
+  """Mixed with a sampled event the q = 1 steps go through the grid: the
+  composed losses lie beyond its range, so epsilon is inf (safe), never a
+  crash."""
+  acc = pld.PLDAccountant().compose(
+      pld.GaussianEvent("fixed_size", 1.0, 0.05), 10).compose(
+          pld.GaussianEvent("fixed_size", 0.5, 1.0), 1)
+  assert acc.get_epsilon(1e-5) == math.inf

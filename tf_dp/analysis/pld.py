@@ -192,11 +192,27 @@ class PLDAccountant:
     return [pld_discrete.compose_all(plds, self._tail, h)
             for plds in tracks.values()]
 
+  def _unsampled_mu(self) -> Optional[float]:
+    """mu of the composition when every event has q = 1 (no sampling: each
+    is a Gaussian mechanism of sensitivity 1 (add/remove) or 2 (replace
+    one) over sigma, and their composition is exactly mu-GDP with the mu
+    adding in squares); None otherwise."""
+    if not self._counts or any(e.sampling_probability != 1
+                               for e in self._counts):
+      return None
+    return math.sqrt(sum(
+        count * ((1.0 if e.sampling == Sampling.POISSON else 2.0)
+                 / e.noise_multiplier) ** 2
+        for e, count in self._counts.items()))
+
   def get_delta(self, epsilon: float) -> float:
     """Smallest delta such that the composition is (epsilon, delta)-DP."""
     epsilon = checks.check_epsilon("epsilon", epsilon)
     if self._non_private:
       return 1.0
+    mu = self._unsampled_mu()
+    if mu is not None:
+      return pld_gaussian.gaussian_dp_delta(epsilon, mu)
     return min(1.0, max(p.get_delta(epsilon) for p in self._orderings()))
 
   def get_epsilon(self, delta: float) -> float:
@@ -204,6 +220,9 @@ class PLDAccountant:
     delta = checks.check_delta("delta", delta)
     if self._non_private:
       return math.inf
+    mu = self._unsampled_mu()
+    if mu is not None:
+      return pld_gaussian.gaussian_dp_epsilon(delta, mu)
     return max(p.get_epsilon(delta) for p in self._orderings())
 
 

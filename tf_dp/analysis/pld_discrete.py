@@ -275,6 +275,8 @@ def compose_all(items: Sequence[Tuple["DiscretePld", int]], tail_mass: float,
   if finite == 0 or any(not np.any(pld.pmf > 0) for pld, _ in items):
     return DiscretePld(h, 0, np.zeros(1), 1.0)  # All mass at +inf.
   lo, hi, cut_lo, cut_hi = _window(items, tail_mass)
+  if hi < lo:  # No finite loss is left in the window: all mass at +inf.
+    return DiscretePld(h, 0, np.zeros(1), 1.0)
   if hi - lo > MAX_POINTS:
     raise GridTooFine(f"the composed losses span {hi - lo} points of spacing "
                       f"{h} (more than {MAX_POINTS}).")

@@ -140,3 +140,36 @@ def loss_range(direction: str, q: float, sigma: float, sens: float,
   if direction == "add":
     return -float(_remove_loss(sigma * z, q, sigma, sens)), -math.log1p(-q)
   return -hi, hi
+
+
+def gaussian_dp_delta(epsilon, mu):
+  """delta(epsilon) of the Gaussian mechanism with sensitivity / stddev
+  ``mu`` (mu-GDP): ``Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)``
+  (Balle & Wang 2018, Thm. 8; Dong, Roth & Su 2022, Cor. 2.13), in log
+  space so that large epsilons neither overflow nor cancel; raised by a
+  relative 1e-12 to cover the rounding (an upper bound)."""
+  log_a = special.log_ndtr(mu / 2.0 - epsilon / mu)
+  log_b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
+  if log_b >= log_a:
+    return 0.0
+  return float(math.exp(log_a) * -math.expm1(log_b - log_a)) * (1 + 1e-12)
+
+
+def gaussian_dp_epsilon(delta, mu):
+  """The smallest epsilon >= 0 (to a relative 1e-12, rounded up) with
+  ``gaussian_dp_delta(epsilon, mu) <= delta``: exact for a composition of
+  Gaussian mechanisms, whose mu add in squares (Dong et al. 2022,
+  Cor. 3.3)."""
+  if gaussian_dp_delta(0.0, mu) <= delta:
+    return 0.0
+  lo, hi = 0.0, max(1.0, mu * mu)
+  while gaussian_dp_delta(hi, mu) > delta:
+    lo, hi = hi, 2.0 * hi
+  while hi - lo > 1e-12 * hi:
+    mid = 0.5 * (lo + hi)
+    if gaussian_dp_delta(mid, mu) > delta:
+      lo = mid
+    else:
+      hi = mid
+  return hi
+
