@@ -73,7 +73,8 @@ def _tapped_through_sublayers(layer, trainable):
   MultiHeadAttention and its subclasses): whatever class they are."""
   if _is_model(layer) or rules_lib.is_composite(layer):
     return True
-  return (rules_lib.rule_for(layer) is None
+  # A recurrent layer calls its cell inside a loop: no tap outside it.
+  return (rules_lib.rule_for(layer) is None and not hasattr(layer, "cell")
           and not owns_trainable_variables(layer, trainable))
 
 
@@ -254,9 +255,17 @@ def _check_taps_cover(units, rules, variables, read_outside, read_inside):
           "account for exactly its trainable variables")
 
 
-def _check_calls(unit, rules, session):
-  """Raises FastPathUnavailable unless the unit's calls can be handled;
-  gives units without a rule the per-layer fallback."""
+def _check_calls(unit, rules, session, graph):
+  """Raises FastPathUnavailable unless the unit's calls can be handled
+  (each recorded in ``graph``, the loss's, not inside a loop or a
+  vectorized map of its parent); gives units without a rule the per-layer
+  fallback."""
+  for tap in session.all_taps.get(id(unit), []):
+    for t in tf.nest.flatten(tap.output):
+      if getattr(t, "graph", graph) is not graph:
+        raise FastPathUnavailable(
+            f"layer {unit.name!r} is called inside a loop or a vectorized "
+            "map of the layer holding it")
   calls = session.call_counts.get(id(unit), 0)
   rule = rules[id(unit)]
   if calls != 1 and not (calls and hasattr(rule, "prepare_calls")):
@@ -360,7 +369,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   _check_taps_cover(units, rules, variables, outside.watched_variables(),
                     [session.reads.get(id(u), []) for u in units])
   for unit in units:
-    _check_calls(unit, rules, session)
+    _check_calls(unit, rules, session, getattr(total, "graph", None))
   unit_taps = [session.all_taps[id(u)] for u in units]
   outputs = [[tap.output for tap in taps] for taps in unit_taps]
   out_grads = tape.gradient(total, outputs)
