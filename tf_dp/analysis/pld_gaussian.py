@@ -142,7 +142,7 @@ def loss_range(direction: str, q: float, sigma: float, sens: float,
   return -hi, hi
 
 
-def gaussian_dp_delta(epsilon, mu):
+def gaussian_dp_delta(epsilon: float, mu: float) -> float:
   """delta(epsilon) of the Gaussian mechanism with sensitivity / stddev
   ``mu`` (mu-GDP): ``Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)``
   (Balle & Wang 2018, Thm. 8; Dong, Roth & Su 2022, Cor. 2.13), in log
@@ -155,7 +155,7 @@ def gaussian_dp_delta(epsilon, mu):
   return float(math.exp(log_a) * -math.expm1(log_b - log_a)) * (1 + 1e-12)
 
 
-def gaussian_dp_epsilon(delta, mu):
+def gaussian_dp_epsilon(delta: float, mu: float) -> float:
   """The smallest epsilon >= 0 (to a relative 1e-12, rounded up) with
   ``gaussian_dp_delta(epsilon, mu) <= delta``: exact for a composition of
   Gaussian mechanisms, whose mu add in squares (Dong et al. 2022,
