@@ -138,13 +138,16 @@ def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
   so reading a few here changes none of the lots ``fit`` trains on.
 
   Raises:
-    _NoBatch: if those batches hold fewer than 2 such examples.
+    _NoBatch: if those batches hold fewer than 2 such examples (unless the
+      whole dataset is batches of one row, which cannot mix examples).
   """
-  parts = []
+  parts, first, widest = [], None, 0
   for batch in dataset.take(batches):
     batch = keras_backend.unpack_x_y_sample_weight(batch)
     if batch[2] is None:
       return batch
+    first = batch if first is None else first
+    widest = max(widest, int(per_example.batch_size(batch[0])))
     parts.append(_positive_weight_rows(batch))
     if sum(int(per_example.batch_size(p[0])) for p in parts) >= rows:
       break
@@ -153,6 +156,9 @@ def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
   joined = tuple(None if part is None else tf.nest.map_structure(
       lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
   if int(per_example.batch_size(joined[0])) < 2:
+    if widest < 2 and len(parts) < batches:
+      # The whole dataset is batches of one row: none can mix examples.
+      return first
     raise _NoBatch(f"its first {len(parts)} batch(es) hold fewer than 2 "
                    f"examples of positive weight")
   return joined
