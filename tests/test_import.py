@@ -7,6 +7,11 @@ import textwrap
 
 import pytest
 
+# The subprocesses below import these: named here so that the Bazel test
+# depends on them (scripts/update_build_files.py reads the imports).
+import tf_dp.analysis  # pylint: disable=unused-import
+import tf_dp.cli  # pylint: disable=unused-import
+
 BLOCK_TF = textwrap.dedent("""
     import sys
 
