@@ -139,7 +139,8 @@ def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
 
   Raises:
     _NoBatch: if those batches hold fewer than 2 such examples (unless the
-      whole dataset is batches of one row, which cannot mix examples).
+      whole dataset is batches of one row, which cannot mix examples, or
+      holds no example of positive weight).
   """
   parts, first, widest = [], None, 0
   for batch in dataset.take(batches):
@@ -155,9 +156,12 @@ def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
     return None
   joined = tuple(None if part is None else tf.nest.map_structure(
       lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
-  if int(per_example.batch_size(joined[0])) < 2:
-    if widest < 2 and len(parts) < batches:
-      # The whole dataset is batches of one row: none can mix examples.
+  positive = int(per_example.batch_size(joined[0]))
+  if positive < 2:
+    if len(parts) < batches and (widest < 2 or positive == 0):
+      # The whole dataset is batches of one row (none can mix examples) or
+      # holds no example of positive weight (every gradient is 0: its lots
+      # release noise only).
       return first
     raise _NoBatch(f"its first {len(parts)} batch(es) hold fewer than 2 "
                    f"examples of positive weight")
