@@ -530,7 +530,7 @@ def _class_weights_into_lots(args, kwargs):
   """``fit``'s arguments with ``class_weight`` folded into the weights of a
   sampler's lots (Keras refuses class weights beside sample weights, and
   a Poisson lot's weights mark which rows were drawn)."""
-  x = kwargs.get("x", args[0] if args else None)
+  x, _ = _fit_input(args, kwargs)
   class_weight = kwargs.get("class_weight")
   if not class_weight or not isinstance(x, tf.data.Dataset) or (
       data_lots.declared_sampling(x) is None):
@@ -538,11 +538,8 @@ def _class_weights_into_lots(args, kwargs):
   spec = x.element_spec
   if not isinstance(spec, tuple) or len(spec) != 3:
     return args, kwargs  # (x, y) lots: Keras weights the classes itself.
-  x = data_lots.with_class_weights(x, class_weight)
-  kwargs = dict(kwargs, class_weight=None)
-  if "x" in kwargs:
-    return args, dict(kwargs, x=x)
-  return (x,) + tuple(args[1:]), kwargs
+  return _with_fit_input(args, dict(kwargs, class_weight=None),
+                         data_lots.with_class_weights(x, class_weight))
 
 
 def _dp_fit(self, *args, **kwargs):
