@@ -111,6 +111,102 @@ def test_scalar_loss_is_refused():
       opt.minimize(tf.reduce_mean(w * 2.0), var_list=[w])
 
 
+def _session_steps(build_loss, steps=3, **opt_kwargs):
+  """Runs ``steps`` DP steps of ``build_loss(features, ids, w, emb)`` on one
+  batch from a tf.data iterator; returns (outcome, weights, ledger count)."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8, 3)).astype(np.float32)
+  ids = rng.integers(0, 5, size=(8,)).astype(np.int32)
+  with tf.Graph().as_default():
+    features, id_batch = v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensors((x, ids)).repeat()).get_next()
+    w = tf.Variable(np.ones(3, np.float32))
+    emb = tf.Variable(rng.normal(size=(5, 3)).astype(np.float32))
+    loss = build_loss(features, id_batch, w, emb)
+    opt = dp_estimator.DPGradientDescentOptimizer(1.0, 1.0, 100,
+                                                  learning_rate=0.1,
+                                                  **opt_kwargs)
+    train = opt.minimize(loss, var_list=[w, emb])
+    ledger = opt._state_for_graph([w, emb])[1]  # pylint: disable=protected-access
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      outcome = "trained"
+      try:
+        for _ in range(steps):
+          sess.run(train)
+      except tf.errors.InvalidArgumentError as e:
+        outcome = str(e)
+      return outcome, sess.run([w, emb]), int(sess.run(ledger.sample_count))
+
+
+def _batch_centred(features, ids, w, emb):
+  del ids, emb
+  h = features - tf.reduce_mean(features, axis=0)
+  return tf.square(tf.linalg.matvec(h, w) - 1.0)
+
+
+def _batch_centred_embeddings(features, ids, w, emb):
+  del features
+  h = tf.gather(emb, ids)
+  h = h - tf.reduce_mean(h, axis=0)
+  return tf.square(tf.linalg.matvec(h, w) - 1.0)
+
+
+def _independent_with_dropout(features, ids, w, emb):
+  h = tf.nn.dropout(features + tf.gather(emb, ids), 0.5)
+  return tf.square(tf.linalg.matvec(h, w) - 1.0)
+
+
+@pytest.mark.parametrize("build_loss", [_batch_centred,
+                                        _batch_centred_embeddings])
+def test_a_loss_that_reads_other_examples_is_refused_before_any_change(
+    build_loss):
+  """One example moves every centred example's gradient: the step fails
+  with the reason, no variable changes and the ledger records nothing."""
+  outcome, (w, emb), samples = _session_steps(build_loss)
+  assert "depends on other examples of the batch" in outcome
+  np.testing.assert_array_equal(w, np.ones(3))
+  assert samples == 0
+  del emb
+
+
+def test_independent_examples_train_with_the_check_and_dropout():
+  outcome, (w, _), samples = _session_steps(_independent_with_dropout)
+  assert outcome == "trained"
+  assert samples == 3
+  assert np.all(w != 1.0)
+
+
+def test_self_check_false_trains_a_mixing_loss():
+  outcome, _, samples = _session_steps(_batch_centred, self_check=False)
+  assert (outcome, samples) == ("trained", 3)
+
+
+@pytest.mark.skipif(not hasattr(tf, "estimator"),
+                    reason="tf.estimator exists up to TF 2.15 only")
+def test_estimator_with_batch_norm_in_training_mode_is_refused(tmp_path):
+  (x, y), _ = tf_dp.data.load_digits()
+
+  def model_fn(features, labels, mode):
+    h = v1.layers.dense(features, 16)
+    h = v1.layers.batch_normalization(h, training=True)
+    logits = v1.layers.dense(h, 10)
+    per_example = tf.keras.losses.sparse_categorical_crossentropy(
+        labels, logits, from_logits=True)
+    opt = dp_estimator.DPGradientDescentOptimizer(
+        1.0, 1.0, len(x), learning_rate=0.1)
+    train_op = opt.minimize(per_example,
+                            global_step=v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=tf.reduce_mean(per_example),
+                                      train_op=train_op)
+
+  est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="BatchNormalization in training mode"):
+    est.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+              .batch(32), steps=2)
+
+
 @pytest.mark.skipif(not hasattr(tf, "estimator"),
                     reason="tf.estimator exists up to TF 2.15 only")
 @pytest.mark.parametrize("opt_cls", ["DPGradientDescentOptimizer",

@@ -33,6 +33,7 @@ import tensorflow as tf
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
 from tf_dp.core import vectorized
+from tf_dp.estimator import record_independence
 from tf_dp.privacy_ledger import QueryWithLedger
 from tf_dp.sampling import Sampling
 
@@ -70,14 +71,19 @@ class _DPMixin:
   to the sum; the sum is divided by the number of records (fixed-size and
   shuffled batches) or by ``sampling_probability * population_size``
   (Poisson); one ledger sample is written per ``compute_gradients`` call.
-  One replica only: a strategy with several replicas is refused.
+  One replica only: a strategy with several replicas is refused. With
+  ``self_check=True`` (the default) every step first checks that no
+  example's loss reads another example of the batch
+  (``tf_dp.estimator.record_independence``) and fails before any variable
+  or ledger change if one does.
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,
                num_microbatches=None, dp_query=None,
                sampling=Sampling.FIXED_SIZE, sampling_probability=None,
-               **kwargs):
+               self_check=True, **kwargs):
     super().__init__(*args, **kwargs)
+    self._self_check = bool(self_check)
     if population_size is None:
       raise ValueError("population_size is required by the Estimator "
                        "optimizer. " + config_lib.POPULATION_SIZE_REQUIRED)
@@ -148,8 +154,15 @@ class _DPMixin:
       loss = tf.reduce_mean(loss, axis=list(range(1, loss.shape.rank)))
     if var_list is None:
       var_list = _v1.trainable_variables()
+    state = self._state_for_graph(var_list)  # Variables: outside the check.
+    checks = ([record_independence.independence_assertion(loss)]
+              if self._self_check else [])
+    with tf.control_dependencies(checks):  # No update before the check.
+      return self._private_gradients(loss, var_list, state)
+
+  def _private_gradients(self, loss, var_list, state):
     cfg = self._dp_config
-    query, ledger, global_state, templates = self._state_for_graph(var_list)
+    query, ledger, global_state, templates = state
     if cfg.num_microbatches is not None:
       record_losses = tf.reduce_mean(
           tf.reshape(loss, [cfg.num_microbatches, -1]), axis=1)
