@@ -366,3 +366,32 @@ def test_estimator_and_keras_release_the_same_mean_gradient(
     # Session, a tape in Keras): float32 rounding of the records' means.
     for g, e in zip(got, expected):
       np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+
+
+def test_two_dp_optimizers_in_one_graph_each_have_their_ledger(tmp_path):
+  """Reading "the" ledger of a checkpoint with two would drop one
+  mechanism's steps from the accounting: refused, naming both; each is
+  read by name with its own steps (2 and 3)."""
+  with tf.Graph().as_default():
+    x = tf.constant(np.ones((4, 2), np.float32))
+    a, b = tf.Variable([1.0, 2.0]), tf.Variable([3.0, 4.0])
+    steps = []
+    for var in (a, b):
+      opt = dp_estimator.DPGradientDescentOptimizer(1.0, 1.0, 40,
+                                                    learning_rate=0.1)
+      steps.append(opt.minimize(tf.square(tf.linalg.matvec(x, var)),
+                                var_list=[var]))
+    saver = v1.train.Saver()
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      for _ in range(2):
+        sess.run(steps)
+      sess.run(steps[1])
+      path = saver.save(sess, str(tmp_path / "ckpt"))
+  with pytest.raises(ValueError, match="2 privacy ledgers.*tf_dp_privacy_"
+                     "ledger_1.*composition"):
+    dp_estimator.ledger_from_checkpoint(path)
+  counts = [len(dp_estimator.ledger_from_checkpoint(path, name=name)[
+      "samples"]) for name in ("tf_dp_privacy_ledger",
+                               "tf_dp_privacy_ledger_1")]
+  assert counts == [2, 3]

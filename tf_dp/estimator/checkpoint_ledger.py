@@ -31,16 +31,28 @@ def _object_ledger_prefixes(keys):
   return sorted(k[:-len(marker)] for k in keys if k.endswith(marker))
 
 
-def ledger_from_checkpoint(checkpoint, name="tf_dp_privacy_ledger"):
+def _named_ledger_prefixes(keys):
+  """Variable-name prefixes of the ledgers of Estimator / v1 checkpoints
+  (a second DP optimizer in one graph gets ``tf_dp_privacy_ledger_1``)."""
+  return sorted(k[:-len("/samples")] for k in keys
+                if k.endswith("/samples") and _OBJECT_SUFFIX not in k
+                and f"{k[:-len('/samples')]}/sample_count" in keys)
+
+
+def ledger_from_checkpoint(checkpoint, name=None):
   """The ledger (plain data, as ``PrivacyLedger.to_dict``) in a checkpoint.
 
   Args:
     checkpoint: A checkpoint file prefix, a directory (e.g. an Estimator's
       ``model_dir``; its latest checkpoint is read) or a Keras 2 SavedModel
       directory.
-    name: The ledger's variable name prefix (Estimator / v1 checkpoints), or
-      its object path (e.g. ``"optimizer/dp_engine/ledger"``) when an
-      object-based checkpoint holds several ledgers.
+    name: The ledger's variable name prefix (Estimator / v1 checkpoints:
+      ``"tf_dp_privacy_ledger"``, and ``"tf_dp_privacy_ledger_1"``... for
+      further DP optimizers in the same graph), or its object path (e.g.
+      ``"optimizer/dp_engine/ledger"``) in an object-based checkpoint.
+      Required when the checkpoint holds several ledgers: each is one
+      mechanism's record, and a run that trained several on the same data
+      is private at the composition of all of them.
 
   Returns:
     The ledger as plain data; ``PrivacyLedger.from_dict(data,
@@ -55,7 +67,16 @@ def ledger_from_checkpoint(checkpoint, name="tf_dp_privacy_ledger"):
   """
   reader = tf.train.load_checkpoint(_checkpoint_path(checkpoint))
   keys = reader.get_variable_to_shape_map()
-  if f"{name}/samples" in keys:
+  named = _named_ledger_prefixes(keys)
+  if name is None and len(named) > 1:
+    raise ValueError(
+        f"Found {len(named)} privacy ledgers in {checkpoint!r} ({named}): "
+        f"one per DP optimizer in the graph. Read each with name= (one of "
+        f"those) and account for all of them: the run is private at their "
+        f"composition.")
+  if name is None and named:
+    name = named[0]
+  if name in named:
     get = lambda var: reader.get_tensor(f"{name}/{var}")
   else:
     prefixes = _object_ledger_prefixes(keys)

@@ -112,7 +112,9 @@ class _DPMixin:
       cfg = self._dp_config
       templates = [tf.zeros(v.shape, v.dtype.base_dtype) for v in var_list]
       query, _ = lot_lib.gradient_query(cfg, templates)
-      ledger = lot_lib.new_ledger(cfg, name=LEDGER_NAME)
+      # A second DP optimizer in the graph gets tf_dp_privacy_ledger_1...
+      ledger = lot_lib.new_ledger(cfg, name=graph.unique_name(
+          LEDGER_NAME, mark_as_used=False))
       global_state = lot_lib.global_state_variables(query)
       self._graph_state[graph] = (query, ledger, global_state, templates)
     return self._graph_state[graph]
