@@ -5,7 +5,9 @@ mechanisms did (a ledger of sampling and Gaussian sum-query events, or the
 parameters of a run) and turns it into an (epsilon, delta) guarantee. Nothing
 here touches tensors. The package also holds what every layer of tf_dp
 shares without TensorFlow: the argument checks (``checks``) and the
-ledger's format (``ledger_schema``). Paper reproductions (DP dropout's own
+ledger's format (``ledger_schema``); and the empirical side of ε, pure
+numpy as well: membership-inference metrics and the ε lower bound they
+prove (``membership_inference``, ``lira``). Paper reproductions (DP dropout's own
 accounting) live in ``tf_dp.reproductions``.
 """
 
@@ -37,4 +39,9 @@ from tf_dp.analysis.ledger import to_dp_accounting_events
 from tf_dp.analysis.budget import max_additional_steps
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.analysis.pld import GaussianEvent
+from tf_dp.analysis.lira import lira_scores
+from tf_dp.analysis.lira import logit_confidence
+from tf_dp.analysis.membership_inference import MembershipInferenceReport
+from tf_dp.analysis.membership_inference import membership_inference_report
+from tf_dp.analysis.membership_inference import plot_roc
 from tf_dp.analysis.pld import PLDAccountant

@@ -1,35 +1,22 @@
 """Clopper-Pearson intervals and the epsilon lower bound of a threshold test."""
 
-import math
-
 import numpy as np
-from scipy import stats
 
-
-def clopper_pearson(successes, trials, alpha):
-  """Exact two-sided (1 - alpha) confidence interval of a binomial rate."""
-  lo = 0.0 if successes == 0 else stats.beta.ppf(alpha / 2, successes,
-                                                 trials - successes + 1)
-  hi = 1.0 if successes == trials else stats.beta.ppf(
-      1 - alpha / 2, successes + 1, trials - successes)
-  return float(lo), float(hi)
+from tf_dp.analysis import membership_inference
+from tf_dp.analysis.membership_inference import clopper_pearson  # pylint: disable=unused-import
 
 
 def epsilon_lower_bound(false_positives, false_negatives, trials, delta,
                         alpha=0.05):
   """Epsilon lower bound from one test's errors (confidence 1 - alpha).
 
-  Uses the Clopper-Pearson upper bounds on both error rates (each at
-  alpha / 2, so the bound holds with probability >= 1 - alpha) in
-  ``eps >= max(log((1 - delta - FNR) / FPR), log((1 - delta - FPR) / FNR))``.
+  ``trials`` runs without the record and as many with it: the bound of
+  ``tf_dp.analysis.membership_inference.epsilon_lower_bound`` (both error
+  rates bounded by Clopper-Pearson intervals at alpha / 2) with the runs
+  with the record as the members.
   """
-  _, fpr = clopper_pearson(false_positives, trials, alpha / 2)
-  _, fnr = clopper_pearson(false_negatives, trials, alpha / 2)
-  bounds = [0.0]
-  for a, b in ((fnr, fpr), (fpr, fnr)):
-    if b > 0 and 1 - delta - a > 0:
-      bounds.append(math.log((1 - delta - a) / b))
-  return max(bounds)
+  return membership_inference.epsilon_lower_bound(
+      trials - false_negatives, trials, false_positives, trials, delta, alpha)
 
 
 def best_threshold_epsilon_lower_bound(scores_without, scores_with, delta,
