@@ -25,6 +25,7 @@ setuptools.setup(
     extras_require={
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "mpmath>=1.2",
                  "dp-accounting==0.6.0", "scikit-learn>=1.2", "mypy>=1.8"],
+        "plots": ["matplotlib>=3.5"],
         "tutorials": ["matplotlib>=3.5", "scikit-learn>=1.2", "nbformat>=5",
                       "nbclient>=0.7", "ipykernel>=6"],
     },
