@@ -6,9 +6,9 @@ flavours. The metrics and their meaning are in
 ``tf_dp.analysis.membership_inference``; LiRA and what its shadow models
 must be in ``tf_dp.analysis.lira``.
 
-A report measures one attack on one model. A DP model's report bounds
-nothing: its guarantee is the ledger's ε; an empirical ε above it, on many
-examples, points at a bug worth reporting.
+A report measures one attack on one model: its ε is a lower bound, never a
+guarantee (a DP model's guarantee is the ledger's ε); an empirical ε above
+the ledger's, on many examples, points at a bug worth reporting.
 """
 
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -89,6 +89,19 @@ def loss_threshold_attack(model: Any, members: Tuple[Any, Any],
     delta: the δ of the ε lower bound (the training run's δ).
     from_logits, batch_size: as in ``membership_scores``.
     fprs, alpha: as in ``tf_dp.analysis.membership_inference_report``.
+
+  Returns:
+    A ``tf_dp.analysis.MembershipInferenceReport``.
+
+  Raises:
+    ValueError: a pair that is not ``(x, y)``, labels out of range, NaN
+      outputs, or an FPR that the number of non-members cannot resolve.
+
+  Example:
+    >>> report = tf_dp.keras.loss_threshold_attack(
+    ...     model, (x_train, y_train), (x_test, y_test), delta=1e-5)
+    >>> print(report)
+    >>> tf_dp.analysis.plot_roc(report).savefig("roc.png")
   """
   scored = []
   for name, pair in (("members", members), ("nonmembers", nonmembers)):
