@@ -5,8 +5,10 @@ from tf_dp.dp_query.allocation import effective_noise_multiplier
 from tf_dp.dp_query.allocation import group_clips
 from tf_dp.dp_query.allocation import group_stddevs
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
+from tf_dp.dp_query.correlated_noise_query import CorrelatedNoiseQuery
 from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.dp_query.dp_query import SumAggregationDPQuery
+from tf_dp.dp_query.events import CorrelatedNoiseEvent
 from tf_dp.dp_query.events import NoOpEvent
 from tf_dp.dp_query.events import SumQueryEvent
 from tf_dp.dp_query.gaussian_query import GaussianSumQuery

@@ -9,6 +9,8 @@ be tensors inside a graph. Events nest in tuples for composite queries.
 
 from typing import Any, List
 
+from tf_dp.errors import PrivacyError
+
 
 class SumQueryEvent:
   """A Gaussian sum query with privacy tuple (l2_norm_clip, noise_stddev)."""
@@ -22,6 +24,25 @@ class SumQueryEvent:
   def __repr__(self):
     return (f"SumQueryEvent(l2_norm_clip={self.l2_norm_clip!r}, "
             f"noise_stddev={self.noise_stddev!r})")
+
+
+class CorrelatedNoiseEvent:
+  """Sample ``step`` of a correlated-noise mechanism: records clipped to
+  ``l2_norm_clip``, noise ``w_step`` of ``C^+ z`` with ``z`` of stddev
+  ``noise_stddev`` (``CorrelatedNoiseQuery``). Not an independent Gaussian
+  sum query: it is accounted from the strategy's sensitivity, never from
+  sampling."""
+
+  __slots__ = ("l2_norm_clip", "noise_stddev", "step")
+
+  def __init__(self, l2_norm_clip: Any, noise_stddev: Any, step: Any) -> None:
+    self.l2_norm_clip = l2_norm_clip
+    self.noise_stddev = noise_stddev
+    self.step = step
+
+  def __repr__(self):
+    return (f"CorrelatedNoiseEvent(l2_norm_clip={self.l2_norm_clip!r}, "
+            f"noise_stddev={self.noise_stddev!r}, step={self.step!r})")
 
 
 class NoOpEvent:
@@ -39,6 +60,12 @@ def flatten_events(event: Any) -> List[SumQueryEvent]:
     return [event]
   if isinstance(event, NoOpEvent) or event is None:
     return []
+  if isinstance(event, CorrelatedNoiseEvent):
+    raise PrivacyError(
+        "A CorrelatedNoiseEvent (correlated noise across samples) cannot be "
+        "recorded as independent Gaussian sum queries: its privacy is that "
+        "of the strategy's sensitivity, not of each sample on its own. "
+        "Record it in a CorrelatedNoiseLedger.")
   if isinstance(event, dict):
     return [e for k in sorted(event) for e in flatten_events(event[k])]
   if isinstance(event, (list, tuple)):
