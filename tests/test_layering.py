@@ -16,7 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "tf_dp"
 LAYERS = (
     ("vocabulary", ("tf_dp.errors", "tf_dp.sampling")),
     ("accounting", ("tf_dp.analysis",)),
-    ("mechanisms", ("tf_dp.dp_query", "tf_dp.privacy_ledger")),
+    ("mechanisms", ("tf_dp.dp_query", "tf_dp.privacy_ledger",
+                    "tf_dp.correlated_noise_ledger")),
     ("DP step and samplers", ("tf_dp.core", "tf_dp.data")),
     ("front ends", ("tf_dp.keras", "tf_dp.estimator")),
     ("applications", ("tf_dp", "tf_dp.reproductions", "tf_dp.cli",

@@ -1,0 +1,170 @@
+"""Accounting of a correlated-noise run from its ledger record, pure Python.
+
+A run of ``CorrelatedNoiseQuery`` is recorded (``tf_dp.
+correlated_noise_ledger.CorrelatedNoiseLedger``) as one event of its own
+kind: the strategy (kind, steps it was built for, coefficients or tree
+height, and a fingerprint of them), the clip and noise stddev, the
+participation scheme promised and the one run (passes over the data and the
+fewest steps between two participations of one example), the neighbouring
+relation and the number of steps run. Its epsilon is that of one Gaussian
+mechanism ``C x + z`` (``matrix_factorization``): ``mu = span * sens /
+noise_multiplier``, with ``sens`` the strategy's sensitivity for the passes
+and separation actually run. Sampling amplification is never used.
+
+A record is refused (``PrivacyError``) when the run left what the strategy
+was accounted for: more steps than it was built for, more passes or less
+separation than promised, a clip or stddev that changed during the run,
+steps the ledger and the query counted differently, or a fingerprint that
+does not match the coefficients.
+"""
+
+import json
+import math
+from typing import Any, Dict
+
+from tf_dp.analysis import checks
+from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.errors import LedgerFormatError
+from tf_dp.errors import PrivacyError
+
+FORMAT = "tf_dp.correlated_noise_ledger/1"
+
+_KEYS = ("format", "strategy", "l2_norm_clip", "noise_stddev",
+         "neighbouring", "promised_passes", "promised_min_separation",
+         "passes", "min_separation", "steps_run", "inconsistent_steps")
+
+
+def strategy_to_dict(strategy: mf.Strategy) -> Dict[str, Any]:
+  """The JSON form of a strategy, with its fingerprint."""
+  return {"kind": strategy.kind, "steps": strategy.steps,
+          "coefficients": list(strategy.coefficients),
+          "height": strategy.height, "fingerprint": strategy.fingerprint()}
+
+
+def strategy_from_dict(data: Dict[str, Any]) -> mf.Strategy:
+  """The strategy of ``strategy_to_dict``; checks its fingerprint.
+
+  Raises:
+    LedgerFormatError: on a missing field or a fingerprint that does not
+      match the coefficients.
+  """
+  try:
+    strategy = mf.Strategy(
+        data["kind"], checks.check_positive_int(
+            "strategy.steps", data["steps"], integral_float=True),
+        coefficients=tuple(float(c) for c in data["coefficients"]),
+        height=checks.check_steps("strategy.height", data["height"],
+                                  integral_float=True))
+  except KeyError as e:
+    raise LedgerFormatError(f"The strategy has no field {e}.") from None
+  if data.get("fingerprint") != strategy.fingerprint():
+    raise LedgerFormatError(
+        f"The strategy's fingerprint {data.get('fingerprint')!r} does not "
+        f"match its kind, steps and coefficients "
+        f"({strategy.fingerprint()!r}): the record was altered.")
+  return strategy
+
+
+def _record(ledger):
+  if isinstance(ledger, str):
+    try:
+      ledger = json.loads(ledger)
+    except json.JSONDecodeError as e:
+      raise LedgerFormatError(f"ledger is not valid JSON: {e}.") from None
+  if hasattr(ledger, "to_dict"):
+    ledger = ledger.to_dict()
+  if not isinstance(ledger, dict):
+    raise ValueError("ledger must be a CorrelatedNoiseLedger, its to_dict() "
+                     f"export or that as JSON; got {type(ledger).__name__}.")
+  missing = [k for k in _KEYS if k not in ledger]
+  if missing:
+    raise LedgerFormatError(f"A correlated-noise ledger needs the keys "
+                            f"{_KEYS}; missing {missing}.")
+  if ledger["format"] != FORMAT:
+    raise LedgerFormatError(f"format must be {FORMAT!r}; got "
+                            f"{ledger['format']!r}.")
+  return ledger
+
+
+def check_run(ledger: Any) -> Dict[str, Any]:
+  """The validated record, refused if the run left its promise.
+
+  Returns:
+    ``{"strategy", "noise_multiplier", "passes", "min_separation",
+    "neighbouring", "steps_run"}``.
+
+  Raises:
+    PrivacyError: naming what the run did beyond the strategy's promise.
+    LedgerFormatError: on a malformed record.
+  """
+  r = _record(ledger)
+  strategy = strategy_from_dict(r["strategy"])
+  steps_run = checks.check_steps("steps_run", r["steps_run"],
+                                 integral_float=True)
+  if steps_run > strategy.steps:
+    raise PrivacyError(
+        f"The run released {steps_run} steps but the strategy was built for "
+        f"{strategy.steps}: its sensitivity does not cover the extra steps. "
+        f"Build the strategy for at least {steps_run} steps.")
+  if int(r["inconsistent_steps"]):
+    raise PrivacyError(
+        f"{int(r['inconsistent_steps'])} step(s) were released with another "
+        f"clip or noise stddev than the first, or out of the strategy's "
+        f"order (the query's and the ledger's step counts differ): the "
+        f"strategy's sensitivity assumes one clip and one stddev throughout.")
+  promised_passes = checks.check_positive_int(
+      "promised_passes", r["promised_passes"], integral_float=True)
+  promised_sep = checks.check_positive_int(
+      "promised_min_separation", r["promised_min_separation"],
+      integral_float=True)
+  passes = checks.check_steps("passes", r["passes"], integral_float=True)
+  if steps_run and not passes:
+    raise PrivacyError(
+        "The ledger does not say how often an example took part: record the "
+        "participation run (CorrelatedNoiseLedger.record_participation).")
+  if passes > promised_passes:
+    raise PrivacyError(
+        f"An example took part {passes} times but the strategy was promised "
+        f"at most {promised_passes}. Build the ledger for {passes} passes.")
+  separation = r["min_separation"]
+  if passes > 1 and (separation is None or int(separation) < promised_sep):
+    raise PrivacyError(
+        f"Two participations of one example were {separation} steps apart, "
+        f"fewer than the promised min_separation={promised_sep}: the "
+        f"strategy's sensitivity does not hold. Keep the order of the "
+        f"examples fixed across passes (one shuffle) with at least "
+        f"{promised_sep} steps per pass.")
+  checks.check_choice("neighbouring", r["neighbouring"],
+                      tuple(mf.NEIGHBOURING))
+  clip = checks.check_non_negative("l2_norm_clip", r["l2_norm_clip"])
+  stddev = checks.check_non_negative("noise_stddev", r["noise_stddev"])
+  if clip == 0:
+    multiplier = math.inf
+  else:
+    multiplier = stddev / clip
+  return {"strategy": strategy, "noise_multiplier": multiplier,
+          "passes": max(passes, 1),
+          "min_separation": int(separation) if passes > 1 else None,
+          "neighbouring": r["neighbouring"], "steps_run": steps_run}
+
+
+def correlated_noise_epsilon(ledger: Any, delta: float) -> float:
+  """Epsilon at ``delta`` of everything a correlated-noise ledger records.
+
+  Privacy contract: the run is one Gaussian mechanism ``C x + z``; its
+  ``mu`` is ``span * sensitivity(C, passes, min_separation) /
+  noise_multiplier`` for the passes and separation actually run (span 1
+  for zero-out neighbours, 2 for replace-one), and epsilon is the exact
+  (epsilon, delta) of mu-GDP. A run with no steps costs nothing; a clip of
+  0 releases nothing; noise 0 with a clip > 0 is epsilon = inf.
+
+  Raises:
+    PrivacyError: if the run left the strategy's promise (``check_run``).
+  """
+  delta = checks.check_delta("delta", delta)
+  run = check_run(ledger)
+  if run["steps_run"] == 0 or math.isinf(run["noise_multiplier"]):
+    return 0.0
+  sens = run["strategy"].sensitivity(run["passes"], run["min_separation"])
+  mu = mf.gdp_mu(sens, run["noise_multiplier"], run["neighbouring"])
+  return mf.epsilon_of_mu(mu, delta)

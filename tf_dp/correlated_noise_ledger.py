@@ -1,0 +1,160 @@
+"""The ledger of a correlated-noise run, in ``tf.Variable``s.
+
+One record for the whole run (a correlated-noise release is one Gaussian
+mechanism, not a composition of per-step ones): the strategy, the
+participation scheme it was promised (passes, min separation) and the one
+actually run, the neighbouring relation, and per step only a count and a
+check that every step used the first step's clip and stddev in the
+strategy's order. ``tf_dp.analysis.correlated_noise_accounting`` computes
+epsilon from its ``to_dict()``.
+"""
+
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+
+from tf_dp.analysis import checks
+from tf_dp.analysis import correlated_noise_accounting as accounting
+from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.dp_query import events as events_lib
+
+
+class CorrelatedNoiseLedger(tf.Module):
+  """Records the steps of a ``CorrelatedNoiseQuery`` run.
+
+  Privacy contract: ``record_sample`` counts every released step and
+  counts as *inconsistent* a step whose clip or stddev differs from the
+  first step's, or whose index is not the count so far (the query's state
+  and the ledger out of step, e.g. one restored without the other); the
+  accountant refuses a ledger with inconsistent steps, with more steps
+  than the strategy was built for, or with a participation scheme beyond
+  the promise. ``record_participation`` must be told the passes and the
+  fewest steps between two participations of one example that were run.
+
+  Args:
+    strategy: The ``matrix_factorization.Strategy`` of the query.
+    passes: The most times one example may take part (promised).
+    min_separation: With ``passes > 1``, the fewest steps between two
+      participations of one example (promised); the strategy's
+      sensitivity must be computable for it.
+    neighbouring: ``"replace_one"`` (default: one example replaced, the
+      relation of tf_dp's shuffled and fixed-size lots) or ``"zero_out"``
+      (one example's gradients replaced by zeros, the papers' relation).
+    name: Module name.
+
+  Raises:
+    PrivacyError: if the strategy's sensitivity is not bounded for the
+      promised scheme.
+  """
+
+  def __init__(self, strategy: mf.Strategy, passes: int = 1,
+               min_separation: Optional[int] = None,
+               neighbouring: str = "replace_one",
+               name: str = "correlated_noise_ledger") -> None:
+    super().__init__(name=name)
+    if not isinstance(strategy, mf.Strategy):
+      raise TypeError(f"strategy must be a matrix_factorization.Strategy; "
+                      f"got {strategy!r}.")
+    self._strategy = strategy
+    self._passes = checks.check_positive_int("passes", passes)
+    if self._passes > 1:
+      min_separation = checks.check_positive_int(
+          "min_separation", min_separation,
+          " It is the fewest steps between two participations of one "
+          "example (the steps of one pass, with a fixed order).")
+    self._min_separation = min_separation or strategy.steps
+    self._neighbouring = checks.check_choice("neighbouring", neighbouring,
+                                             tuple(mf.NEIGHBOURING))
+    strategy.sensitivity(self._passes, self._min_separation)  # refuses early
+    f64 = tf.float64
+    self.steps_run = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 name=f"{name}/steps_run")
+    self.inconsistent_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name=f"{name}/inconsistent_steps")
+    self.l2_norm_clip = tf.Variable(0.0, dtype=f64, trainable=False,
+                                    name=f"{name}/l2_norm_clip")
+    self.noise_stddev = tf.Variable(0.0, dtype=f64, trainable=False,
+                                    name=f"{name}/noise_stddev")
+    self.passes = tf.Variable(0, dtype=tf.int64, trainable=False,
+                              name=f"{name}/passes")
+    # The fewest steps seen between two participations (int64 max: none).
+    self.min_separation = tf.Variable(tf.int64.max, dtype=tf.int64,
+                                      trainable=False,
+                                      name=f"{name}/min_separation")
+
+  @property
+  def strategy(self) -> mf.Strategy:
+    return self._strategy
+
+  @property
+  def sample_count(self) -> tf.Tensor:
+    """Steps recorded so far (int64 tensor)."""
+    return self.steps_run.read_value()
+
+  def record_sample(self, event: Any, sampling_event: Any = None) -> tf.Tensor:
+    """Records one released step (graph-safe); returns True.
+
+    ``event`` is the ``CorrelatedNoiseEvent`` of the step (or a structure
+    holding exactly one, beside ``NoOpEvent``s); ``sampling_event`` is
+    ignored: the record's privacy never comes from sampling.
+    """
+    del sampling_event
+    found = [e for e in tf.nest.flatten(event)
+             if isinstance(e, events_lib.CorrelatedNoiseEvent)]
+    if len(found) != 1:
+      raise TypeError(f"A CorrelatedNoiseLedger records the "
+                      f"CorrelatedNoiseEvent of one CorrelatedNoiseQuery; "
+                      f"got {event!r}.")
+    event = found[0]
+    clip = tf.cast(event.l2_norm_clip, tf.float64)
+    stddev = tf.cast(event.noise_stddev, tf.float64)
+    step = tf.cast(event.step, tf.int64)
+    count = self.steps_run.read_value()
+    first = tf.equal(count, 0)
+    same = tf.logical_and(tf.equal(clip, self.l2_norm_clip),
+                          tf.equal(stddev, self.noise_stddev))
+    consistent = tf.logical_and(tf.logical_or(first, same),
+                                tf.equal(step, count))
+    writes = [
+        self.l2_norm_clip.assign(tf.where(first, clip, self.l2_norm_clip)),
+        self.noise_stddev.assign(tf.where(first, stddev, self.noise_stddev)),
+        self.inconsistent_steps.assign_add(
+            tf.cast(tf.logical_not(consistent), tf.int64))]
+    with tf.control_dependencies(writes):
+      with tf.control_dependencies([self.steps_run.assign_add(1)]):
+        return tf.constant(True)
+
+  def record_participation(self, passes: Any, min_separation: Any) -> Any:
+    """Records how one example took part in the run so far (graph-safe):
+    the passes (kept as the largest seen) and the fewest steps between two
+    of its participations (kept as the smallest seen; ignored for one
+    pass)."""
+    passes = tf.cast(passes, tf.int64)
+    separation = tf.where(passes > 1, tf.cast(min_separation, tf.int64),
+                          tf.constant(tf.int64.max, tf.int64))
+    return tf.group(
+        self.passes.assign(tf.maximum(self.passes, passes)),
+        self.min_separation.assign(tf.minimum(self.min_separation,
+                                              separation)))
+
+  def to_dict(self) -> Dict[str, Any]:
+    """The record as plain data (eager), for
+    ``correlated_noise_accounting``."""
+    separation = int(self.min_separation.numpy())
+    return {
+        "format": accounting.FORMAT,
+        "strategy": accounting.strategy_to_dict(self._strategy),
+        "l2_norm_clip": float(self.l2_norm_clip.numpy()),
+        "noise_stddev": float(self.noise_stddev.numpy()),
+        "neighbouring": self._neighbouring,
+        "promised_passes": self._passes,
+        "promised_min_separation": self._min_separation,
+        "passes": int(self.passes.numpy()),
+        "min_separation": None if separation == tf.int64.max else separation,
+        "steps_run": int(self.steps_run.numpy()),
+        "inconsistent_steps": int(self.inconsistent_steps.numpy())}
+
+  def epsilon(self, delta: float) -> float:
+    """``correlated_noise_accounting.correlated_noise_epsilon`` of this
+    record (eager)."""
+    return accounting.correlated_noise_epsilon(self.to_dict(), delta)
