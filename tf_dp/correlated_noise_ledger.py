@@ -17,6 +17,7 @@ from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting as accounting
 from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.dp_query import events as events_lib
+from tf_dp.errors import PrivacyError
 
 
 class CorrelatedNoiseLedger(tf.Module):
@@ -77,6 +78,10 @@ class CorrelatedNoiseLedger(tf.Module):
                                     name=f"{name}/noise_stddev")
     self.passes = tf.Variable(0, dtype=tf.int64, trainable=False,
                               name=f"{name}/passes")
+    # Steps of one pass over examples in a fixed order (0: not known; a
+    # custom loop then records its participation itself).
+    self.steps_per_pass = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                      name=f"{name}/steps_per_pass")
     # The fewest steps seen between two participations (int64 max: none).
     self.min_separation = tf.Variable(tf.int64.max, dtype=tf.int64,
                                       trainable=False,
@@ -120,9 +125,47 @@ class CorrelatedNoiseLedger(tf.Module):
         self.noise_stddev.assign(tf.where(first, stddev, self.noise_stddev)),
         self.inconsistent_steps.assign_add(
             tf.cast(tf.logical_not(consistent), tf.int64))]
+    per_pass = self.steps_per_pass.read_value()
+    known = per_pass > 0
+    passes = tf.where(known, count // tf.maximum(per_pass, 1) + 1,
+                      tf.zeros([], tf.int64))
+    writes.append(self.record_participation(passes, per_pass))
     with tf.control_dependencies(writes):
       with tf.control_dependencies([self.steps_run.assign_add(1)]):
         return tf.constant(True)
+
+  def set_steps_per_pass(self, steps: int) -> None:
+    """``check_steps_per_pass(steps)``, then declares it (eager)."""
+    self.check_steps_per_pass(steps)
+    self.steps_per_pass.assign(steps)
+
+  def check_steps_per_pass(self, steps: int) -> None:
+    """Checks (eager) a declaration that the steps to come take the
+    examples in one fixed order, ``steps`` steps per pass, each example
+    once per pass: every step then records the passes so far and a
+    separation of ``steps`` (``Keras fit(..., shuffle=False)`` on arrays).
+
+    Raises:
+      PrivacyError: if another number of steps per pass was declared, or
+        the steps run so far end inside a pass (the next pass would start
+        the order again early: less separation than recorded).
+    """
+    steps = checks.check_positive_int("steps_per_pass", steps)
+    declared = int(self.steps_per_pass.numpy())
+    run = int(self.steps_run.numpy())
+    if declared not in (0, steps):
+      raise PrivacyError(
+          f"This correlated-noise run took {declared} steps per pass; a "
+          f"pass of {steps} steps would bring two participations of one "
+          f"example closer than recorded. Keep the batch size (and the "
+          f"training examples) of the first fit.")
+    if run and (declared == 0 or run % steps):
+      raise PrivacyError(
+          f"{run} steps were run before, which is not a whole number of "
+          f"passes of {steps} steps in the recorded order: restarting the "
+          f"order now would bring participations of one example closer than "
+          f"{steps} steps. Continue only after whole passes (no "
+          f"steps_per_epoch, no interrupted fit).")
 
   def record_participation(self, passes: Any, min_separation: Any) -> Any:
     """Records how one example took part in the run so far (graph-safe):

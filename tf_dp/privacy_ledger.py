@@ -230,6 +230,7 @@ class PrivacyLedger(tf.Module):
                         "sample size (as its sampling_probability) and the "
                         "examples per record.")
       _check_sampling_event(sampling_event)
+    sum_query_events, correlated = self._route_correlated(sum_query_events)
     flat = events_lib.flatten_events(sum_query_events)
     num_queries = len(flat)
     sample_index = self._sample_count.read_value()
@@ -265,7 +266,46 @@ class PrivacyLedger(tf.Module):
       with tf.control_dependencies([self._dropped_samples.assign_add(1)]):
         return tf.constant(False)
 
+    if correlated is not None:
+      with tf.control_dependencies([self.correlated_noise.record_sample(
+          correlated)]):
+        return tf.cond(fits, write, drop)
     return tf.cond(fits, write, drop)
+
+  def attach_correlated_noise(self, ledger: Any) -> None:
+    """Records the ``CorrelatedNoiseEvent``s of the samples in ``ledger``
+    (a ``tf_dp.correlated_noise_ledger.CorrelatedNoiseLedger``, saved with
+    this one in checkpoints): each such sample is still counted here, with
+    no sum query, and ``to_dict()`` carries the correlated record under
+    ``"correlated_noise"``, which only
+    ``tf_dp.analysis.compute_epsilon_from_ledger`` accounts (every other
+    reader of the export refuses it)."""
+    self.correlated_noise = ledger
+
+  def _route_correlated(self, event):
+    """``(event without its CorrelatedNoiseEvent, that event or None)``.
+
+    Raises:
+      PrivacyError: for a CorrelatedNoiseEvent without an attached ledger.
+      TypeError: if the sample also holds Gaussian sum queries (their
+        composition with the correlated record is not accounted).
+    """
+    leaves = [e for e in tf.nest.flatten(event)
+              if isinstance(e, events_lib.CorrelatedNoiseEvent)]
+    if not leaves:
+      return event, None
+    if getattr(self, "correlated_noise", None) is None:
+      return event, None  # flatten_events refuses it, with the reason.
+    rest = tf.nest.map_structure(
+        lambda e: events_lib.NoOpEvent() if isinstance(
+            e, events_lib.CorrelatedNoiseEvent) else e, event)
+    if events_lib.flatten_events(rest) or len(leaves) != 1:
+      raise TypeError(
+          "A sample with correlated noise must release nothing else (no "
+          "private metrics, no DP batch-norm statistics): the composition "
+          "of a correlated-noise run with independent Gaussian queries is "
+          f"not accounted. Got {event!r}.")
+    return rest, leaves[0]
 
   def _variables_by_key(self):
     return {"population_size": self.population_size,
@@ -332,10 +372,13 @@ class PrivacyLedger(tf.Module):
         identical consecutive samples under ``"runs"``, each with a
         ``"count"``); see ``tf_dp.analysis.ledger_schema``.
     """
-    return ledger_dict_from_buffers(
+    out = ledger_dict_from_buffers(
         self._samples.numpy(), self._queries.numpy(),
         int(self._sample_count.numpy()), int(self._query_count.numpy()),
         int(self._dropped_samples.numpy()), ledger_format)
+    if getattr(self, "correlated_noise", None) is not None:
+      out[ledger_schema.CORRELATED_NOISE_KEY] = self.correlated_noise.to_dict()
+    return out
 
   def to_json(self, ledger_format: Optional[str] = None) -> str:
     """The ledger as JSON text, run-length encoded (format 2) by default.

@@ -28,6 +28,7 @@ import numpy as np
 
 from tf_dp.analysis import allocation
 from tf_dp.analysis import checks
+from tf_dp.analysis import correlated_noise_accounting
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
 from tf_dp.errors import IncompleteLedgerError
@@ -170,7 +171,12 @@ def compute_epsilon_from_ledger(
   """(epsilon, optimal_order) of everything recorded in ``ledger``.
 
   Privacy contract: as ``compute_rdp_from_ledger``; the epsilon is an upper
-  bound at ``delta`` for the composition of all recorded samples.
+  bound at ``delta`` for the composition of all recorded samples. A ledger
+  of a correlated-noise run (``DPOptimizer(..., noise_strategy=...)``) is
+  accounted from its correlated record alone
+  (``correlated_noise_accounting.correlated_noise_epsilon``: the strategy's
+  sensitivity for the participation run, never sampling), and refused if
+  it left the strategy's promise.
 
   Args:
     ledger: A ``PrivacyLedger``, its ``to_dict()`` export or that as JSON.
@@ -187,9 +193,27 @@ def compute_epsilon_from_ledger(
   Example:
     >>> eps, _ = compute_epsilon_from_ledger(optimizer.ledger, 1e-5)
   """
+  export = _export(ledger)
+  if isinstance(export, dict) and ledger_schema.CORRELATED_NOISE_KEY in export:
+    return _correlated_noise_epsilon(export, delta), math.nan
   return event_accounting.epsilon_of_runs(
-      ledger_event_runs(ledger), delta, orders=orders, conversion=conversion,
+      ledger_event_runs(export), delta, orders=orders, conversion=conversion,
       accountant=accountant)
+
+
+def _correlated_noise_epsilon(export, delta):
+  """Epsilon of a ledger whose samples are one correlated-noise run: its
+  record's (``correlated_noise_accounting``), after checking that no
+  sample also released an independent Gaussian query."""
+  export = dict(export)
+  record = export.pop(ledger_schema.CORRELATED_NOISE_KEY)
+  for sample, _ in ledger_runs(export):
+    if sample.sum_queries:
+      raise LedgerFormatError(
+          "A ledger with a correlated-noise record holds samples with "
+          "Gaussian sum queries as well: their composition is not "
+          "accounted.")
+  return correlated_noise_accounting.correlated_noise_epsilon(record, delta)
 
 
 def to_dp_accounting_events(ledger: LedgerLike) -> List[Any]:

@@ -39,6 +39,7 @@ import numpy as np
 
 from tf_dp.analysis import checks
 from tf_dp.errors import LedgerFormatError
+from tf_dp.errors import PrivacyError
 from tf_dp.sampling import Sampling
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
@@ -194,6 +195,11 @@ def _check_format(data):
                    f"{READABLE_FORMATS}; got {fmt!r}.")
 
 
+# The key of a correlated-noise run's record in a ledger export
+# (``correlated_noise_accounting``); ``decode`` refuses it.
+CORRELATED_NOISE_KEY = "correlated_noise"
+
+
 def decode(data: Any) -> Tuple[List[Run], int]:
   """Validates a ledger export (version 1 or 2) and returns its runs.
 
@@ -218,6 +224,12 @@ def decode(data: Any) -> Tuple[List[Run], int]:
 
 def _decode(data):
   fmt = _check_format(data)
+  if isinstance(data, dict) and CORRELATED_NOISE_KEY in data:
+    raise PrivacyError(
+        "This ledger records a correlated-noise run (DPOptimizer(..., "
+        "noise_strategy=...)): its samples are not independent Gaussian "
+        "queries and only tf_dp.analysis.compute_epsilon_from_ledger "
+        "accounts it (from the strategy's sensitivity).")
   key = "samples" if fmt == FORMAT_V1 else "runs"
   top = {"format", "dropped_samples", key}
   unknown = sorted(set(data) - top)

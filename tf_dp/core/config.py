@@ -11,6 +11,9 @@ import numbers
 import warnings
 from typing import Any, Dict, Optional
 
+from tf_dp.analysis import checks
+from tf_dp.analysis import correlated_noise_accounting as accounting
+from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
@@ -52,6 +55,8 @@ class DPConfig:
   per_example_method: str = "auto"
   metrics_noise_stddev: Optional[float] = None
   secure_mode: bool = False
+  noise_strategy: Any = None
+  max_passes: int = 1
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
@@ -109,6 +114,7 @@ class DPConfig:
       raise ValueError(f"per_example_method must be one of "
                        f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
     self.sampling = Sampling.check("sampling", self.sampling)
+    self._check_noise_strategy()
     if self.ledger is not None:
       if not isinstance(self.ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a tf_dp.PrivacyLedger; got "
@@ -137,6 +143,42 @@ class DPConfig:
             "num_microbatches cannot be combined with sampling='poisson': "
             "Poisson-sampled examples do not form fixed microbatches. Use "
             "sampling='fixed_size' with microbatches.")
+
+  def _check_noise_strategy(self):
+    """Validates ``noise_strategy`` (a ``matrix_factorization.Strategy`` or
+    its ``strategy_to_dict`` form) and what it cannot be combined with."""
+    if self.noise_strategy is None:
+      return
+    if isinstance(self.noise_strategy, dict):
+      self.noise_strategy = accounting.strategy_from_dict(self.noise_strategy)
+    if not isinstance(self.noise_strategy, mf.Strategy):
+      raise TypeError(
+          f"noise_strategy must be a tf_dp.analysis.matrix_factorization."
+          f"Strategy (banded_strategy(steps, bands) or tree_strategy(steps)); "
+          f"got {self.noise_strategy!r}.")
+    self.max_passes = checks.check_positive_int(
+        "max_passes", self.max_passes,
+        " It is the most passes over the data (epochs) the run may make.")
+    refused = {
+        "dp_query": self.dp_query is not None,
+        "ledger": self.ledger is not None,
+        "num_microbatches": self.num_microbatches is not None,
+        "metrics_noise_stddev": self.metrics_noise_stddev is not None,
+        "clipping": self.clipping != "flat",
+        "noise_allocation": self.noise_allocation != "proportional",
+        "sampling": self.sampling is not Sampling.SHUFFLED}
+    bad = [name for name, is_set in refused.items() if is_set]
+    if bad:
+      raise ValueError(
+          f"noise_strategy (correlated noise across lots) takes one flat "
+          f"clip and noise multiplier, batches in a fixed order "
+          f"(sampling=\"shuffled\", fit(..., shuffle=False)) and its own "
+          f"ledger; it cannot be combined with {bad}. Leave them at their "
+          f"defaults.")
+    # Refuses a strategy whose sensitivity is unbounded for max_passes.
+    self.noise_strategy.sensitivity(
+        self.max_passes,
+        self.noise_strategy.bands if self.max_passes > 1 else None)
 
   def _take_unset_values_from(self, ledger):
     """With a given ledger: n is the ledger's; ``sampling="shuffled"`` (the
@@ -181,6 +223,8 @@ class DPConfig:
     if out["population_size_inferred"]:
       out["population_size"], out["population_size_inferred"] = None, False
     out["sampling"] = self.sampling.value
+    if self.noise_strategy is not None:
+      out["noise_strategy"] = accounting.strategy_to_dict(self.noise_strategy)
     for key in ("dp_query", "ledger"):
       if out[key] is not None:
         raise ValueError(f"A DPOptimizer with a custom {key} cannot be "

@@ -23,7 +23,9 @@ from typing import Any, List, Optional, Sequence, Tuple, cast
 import tensorflow as tf
 
 from tf_dp.core.config import DPConfig
+from tf_dp.correlated_noise_ledger import CorrelatedNoiseLedger
 from tf_dp.dp_query import allocation
+from tf_dp.dp_query.correlated_noise_query import CorrelatedNoiseQuery
 from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.dp_query.dp_query import Nest
 from tf_dp.errors import SamplingMismatchError
@@ -68,6 +70,11 @@ def gradient_query(config: DPConfig,
           f"QueryWithLedger's ledger records n = {ledger_n}: every lot is "
           f"accounted with the ledger's n. Build the ledger with "
           f"PrivacyLedger({config.population_size}, ...).")
+  if query is None and config.noise_strategy is not None:
+    query = CorrelatedNoiseQuery(cast(float, config.l2_norm_clip),
+                                 cast(float, config.noise_multiplier),
+                                 config.noise_strategy, templates,
+                                 secure_mode=config.secure_mode)
   if query is None:
     # Validated as numbers by DPConfig when there is no dp_query.
     query = allocation.build_query(templates,
@@ -82,11 +89,19 @@ def gradient_query(config: DPConfig,
 def new_ledger(config: DPConfig, name: str = "privacy_ledger") -> PrivacyLedger:
   """A ledger for the lots of ``config``: its n (1 until a deferred n is
   known), its sampling and q (``1 / n`` until a fixed-size lot records what
-  was drawn), one example per record, room for ``config.max_lots`` lots."""
+  was drawn), one example per record, room for ``config.max_lots`` lots;
+  with a ``noise_strategy``, a ``CorrelatedNoiseLedger`` attached, promised
+  ``max_passes`` passes at least the strategy's bands apart."""
   n = config.population_size or 1
-  return PrivacyLedger(n, config.sampling_probability or 1.0 / n,
-                       sampling=config.sampling, examples_per_record=1,
-                       max_samples=config.max_lots, name=name)
+  ledger = PrivacyLedger(n, config.sampling_probability or 1.0 / n,
+                         sampling=config.sampling, examples_per_record=1,
+                         max_samples=config.max_lots, name=name)
+  if config.noise_strategy is not None:
+    strategy = config.noise_strategy
+    ledger.attach_correlated_noise(CorrelatedNoiseLedger(
+        strategy, passes=config.max_passes,
+        min_separation=strategy.bands if config.max_passes > 1 else None))
+  return ledger
 
 
 def variables_like(structure: Nest, name: str) -> Nest:

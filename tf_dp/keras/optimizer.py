@@ -108,6 +108,19 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       generator with a floating-point hardened Gaussian sampler
       (``tf_dp.dp_query.noise``): slower, and not available under XLA. In
       both modes the noise key never leaves the process.
+    noise_strategy: A ``tf_dp.analysis.matrix_factorization.Strategy``
+      (``banded_strategy(steps, bands)`` or ``tree_strategy(steps)``) to
+      add noise correlated across lots instead of independent noise: lot t
+      gets ``w_t`` of ``w = C^+ z`` (``tf_dp.dp_query.CorrelatedNoiseQuery``)
+      and the ledger carries one correlated-noise record, accounted from
+      the strategy's sensitivity for the passes run (no sampling
+      amplification). ``fit`` then takes arrays with ``shuffle=False``
+      (one fixed order, so one example's participations are a pass apart)
+      and refuses, before any step, more steps than the strategy was built
+      for or more passes than ``max_passes``. The model cannot be saved
+      with its optimizer (save the weights).
+    max_passes: With ``noise_strategy``: the most passes (epochs) the run
+      may make.
     name: Optional name.
 
   Returns:
@@ -125,7 +138,8 @@ class DPOptimizer(metaclass=_DPOptimizerType):
               sampling="shuffled", sampling_probability=None,
               clipping="flat", noise_allocation="proportional",
               max_lots=100000, per_example_method="auto",
-              metrics_noise_stddev=None, secure_mode=False, name=None):
+              metrics_noise_stddev=None, secure_mode=False,
+              noise_strategy=None, max_passes=1, name=None):
     del cls  # Returns the optimizer of the wrapped optimizer's flavour.
     inner = _resolve_inner(optimizer)
     cfg = config_lib.DPConfig(
@@ -136,6 +150,7 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         sampling=sampling, sampling_probability=sampling_probability,
         clipping=clipping, noise_allocation=noise_allocation,
         max_lots=max_lots, per_example_method=per_example_method,
-        metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode)
+        metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode,
+        noise_strategy=noise_strategy, max_passes=max_passes)
     dp_class = dp_classes.dp_optimizer_class(backend.for_object(inner))
     return dp_class(inner, cfg, name=name)

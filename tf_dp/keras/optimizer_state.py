@@ -24,6 +24,8 @@ ledger recorded.
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.errors import PrivacyError
+
 PREFIX = "tf_dp_"
 
 # The saved arrays' names (after PREFIX), in the order ``.h5`` files list
@@ -52,6 +54,14 @@ def export_state(engine):
   """The engine's ledger as ``{saved name: numpy array}`` (its
   ``export_buffers``: the rows written, the counters, the sampling
   parameters)."""
+  if getattr(engine.ledger, "correlated_noise", None) is not None:
+    raise PrivacyError(
+        "A model trained with DPOptimizer(..., noise_strategy=...) cannot be "
+        "saved with its optimizer: the correlated-noise record and noise "
+        "state would not be restored, and a continued run would be "
+        "accounted without its first part. Save the weights alone "
+        "(model.save_weights with the optimizer left out, or "
+        "model.get_weights()) and keep ledger.to_json().")
   buffers = engine.ledger.export_buffers()
   return {saved: buffers[key] for saved, key in _SAVED_NAMES}
 

@@ -19,6 +19,7 @@ from absl import logging
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
+from tf_dp.errors import PrivacyError
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
@@ -393,6 +394,71 @@ _SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
              "poisson": "tf_dp.data.poisson_sampled_batches"}
 
 
+def check_correlated_noise_fit(engine, bound, examples):
+  """With ``noise_strategy``: refuses a ``fit`` whose participation the
+  strategy does not cover, and declares its passes to the ledger.
+
+  Privacy contract: a correlated-noise run is accounted from the passes
+  and the fewest steps between two participations of one example. They
+  are known only for arrays taken in one fixed order
+  (``fit(..., shuffle=False)``, whole epochs: each example once per pass
+  at the same step of the pass, so ``steps_per_pass`` apart); anything else
+  is refused before any step, and so is a fit that would run more steps
+  than the strategy was built for or more passes than ``max_passes``.
+
+  Raises:
+    PrivacyError: naming what is not covered and the fix.
+  """
+  config = engine.config
+  strategy = config.noise_strategy
+  if strategy is None:
+    return
+  if examples is None:
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) trains on arrays or tensors with "
+        "fit(..., shuffle=False): the order of a dataset or generator, and "
+        "so how far apart one example's participations are, cannot be "
+        "checked. Pass arrays (shuffled once beforehand if you like).")
+  if bound.get("shuffle", True) is not False:
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) needs fit(..., shuffle=False): Keras "
+        "reshuffles arrays every epoch, which can put one example in two "
+        "consecutive steps, where the strategy's sensitivity does not hold. "
+        "Shuffle the arrays once before fit if you like.")
+  if bound.get("steps_per_epoch"):
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) runs whole passes: leave "
+        "steps_per_epoch out.")
+  batch_size = bound.get("batch_size") or 32
+  batches = -(-examples // batch_size)
+  per_lot = config.gradient_accumulation_steps
+  if batches % per_lot:
+    raise PrivacyError(
+        f"With noise_strategy, a pass of {batches} batches must hold whole "
+        f"lots of gradient_accumulation_steps={per_lot} batches.")
+  steps_per_pass = batches // per_lot
+  ledger = engine.ledger.correlated_noise
+  ledger.check_steps_per_pass(steps_per_pass)
+  run = int(ledger.steps_run.numpy())
+  epochs = int(bound.get("epochs", 1)) - int(bound.get("initial_epoch", 0))
+  total = run + max(epochs, 0) * steps_per_pass
+  passes = -(-total // steps_per_pass)
+  if total > strategy.steps or passes > config.max_passes:
+    raise PrivacyError(
+        f"This fit would bring the correlated-noise run to {total} steps in "
+        f"{passes} passes of {steps_per_pass} steps, but the strategy was "
+        f"built for {strategy.steps} steps and max_passes="
+        f"{config.max_passes}. Build the strategy for at least {total} steps "
+        f"and DPOptimizer(..., max_passes={passes}), or train fewer epochs.")
+  if passes > 1 and steps_per_pass < strategy.bands:
+    raise PrivacyError(
+        f"A pass of {steps_per_pass} steps is shorter than the strategy's "
+        f"{strategy.bands} bands: one example's participations would share "
+        f"noise rows. Use a strategy with at most {steps_per_pass} bands, or "
+        f"smaller batches.")
+  ledger.set_steps_per_pass(steps_per_pass)
+
+
 def check_sampling_of_fit_input(config, x, recorded_population_size,
                                 call="fit", workers=1):
   """Refuses a ``fit`` input whose lots are not what ``config.sampling``
@@ -559,6 +625,7 @@ def _dp_fit(self, *args, **kwargs):
     engine.expected_lot_examples = expected_lot_examples(
         bound, examples, engine.config.gradient_accumulation_steps)
     check_lots_within_passes(engine.config, bound, examples)
+    check_correlated_noise_fit(engine, bound, examples)
     if examples is not None:
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()

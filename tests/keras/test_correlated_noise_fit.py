@@ -1,0 +1,151 @@
+"""fit with DPOptimizer(noise_strategy=...): correlated noise across lots on
+arrays in one fixed order, accounted from the participation run."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tests.keras import helpers
+from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.errors import PrivacyError
+
+KERAS = helpers.keras_modules()
+N, BATCH = 24, 8          # 3 steps per pass
+
+
+def _model(K, noise_multiplier=1.0, learning_rate=0.1, clip=1.0, **dp):
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)   # noise_multiplier=0
+    optimizer = tf_dp.DPOptimizer(
+        K.optimizers.SGD(learning_rate), l2_norm_clip=clip,
+        noise_multiplier=noise_multiplier, population_size=N, **dp)
+  model.compile(optimizer=optimizer,
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+class _Weights:
+  """Keeps the weights after every batch."""
+
+  def __init__(self, K):
+    outer = self
+
+    class Callback(K.callbacks.Callback):
+
+      def on_train_batch_end(self, batch, logs=None):
+        outer.seen.append([w.copy() for w in self.model.get_weights()])
+
+    self.seen = []
+    self.callback = Callback()
+
+
+def _fit(K, model, x, y, epochs, **kwargs):
+  weights = _Weights(K)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False,
+              verbose=0, callbacks=[weights.callback], **kwargs)
+  return weights.seen
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_replacing_one_example_moves_only_its_steps_clipped_sum(K):
+  # Noise 0, learning rate 1: a step's update times its BATCH records is
+  # its clipped sum. Example 10 (step 1 of each pass) is replaced: step 0
+  # is unchanged, step 1 moves by at most 2C.
+  clip = 0.01
+  x, y = helpers.make_data("dense", N)
+  x2, y2 = x.copy(), y.copy()
+  x2[10], y2[10] = -3.0 * x[10], (y[10] + 1) % 3
+  strategy = mf.banded_strategy(6, 3)
+  runs = []
+  for data in ((x, y), (x2, y2)):
+    model = _model(K, 0.0, learning_rate=1.0, clip=clip,
+                   noise_strategy=strategy, max_passes=2)
+    initial = [w.copy() for w in model.get_weights()]
+    runs.append([initial] + _fit(K, model, *data, 1))
+
+  def clipped_sum(run, step):
+    return np.concatenate([(before - after).ravel() * BATCH for before, after
+                           in zip(run[step], run[step + 1])])
+
+  np.testing.assert_array_equal(clipped_sum(runs[0], 0),
+                                clipped_sum(runs[1], 0))
+  # Without noise the run is DP-SGD's: the same clipped sums and updates.
+  plain = _model(K, 0.0, learning_rate=1.0, clip=clip)
+  for a, b in zip(runs[0][1:], _fit(K, plain, x, y, 1)):
+    for wa, wb in zip(a, b):
+      np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+  moved = np.linalg.norm(clipped_sum(runs[0], 1) - clipped_sum(runs[1], 1))
+  assert 0 < moved <= 2 * clip * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_ledger_records_the_participation_run(K):
+  x, y = helpers.make_data("dense", N)
+  strategy = mf.banded_strategy(9, 3)
+  model = _model(K, 1.5, noise_strategy=strategy, max_passes=3)
+  _fit(K, model, x, y, 2)
+  _fit(K, model, x, y, 1)      # a later fit continues after whole passes
+  # The order run: example i at step i // BATCH of every pass.
+  steps = {i: [e * 3 + i // BATCH for e in range(3)] for i in range(N)}
+  passes = max(len(s) for s in steps.values())
+  separation = min(b - a for s in steps.values() for a, b in zip(s, s[1:]))
+  record = model.optimizer.ledger.to_dict()["correlated_noise"]
+  assert (record["passes"], record["min_separation"]) == (passes, separation)
+  assert record["steps_run"] == 9 and record["inconsistent_steps"] == 0
+  assert len(model.optimizer.ledger.to_dict()["samples"]) == 9
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(model.optimizer.ledger,
+                                                      1e-5)
+  sens = strategy.sensitivity(passes, separation)
+  assert sens == pytest.approx(math.sqrt(3))
+  assert eps == pytest.approx(mf.epsilon_of_mu(2 * sens / 1.5, 1e-5),
+                              rel=1e-9)
+  # Readers of independent Gaussian samples refuse the record.
+  with pytest.raises(PrivacyError, match="correlated-noise"):
+    tf_dp.analysis.compute_rdp_from_ledger(model.optimizer.ledger)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_fits_the_strategy_does_not_cover_are_refused_before_any_step(K):
+  x, y = helpers.make_data("dense", N)
+  model = _model(K, noise_strategy=mf.banded_strategy(6, 3), max_passes=2)
+  before = [w.copy() for w in model.get_weights()]
+  with pytest.raises(PrivacyError, match="shuffle=False"):
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+  with pytest.raises(PrivacyError, match="max_passes=2"):
+    model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0)
+  with pytest.raises(PrivacyError, match="order of a dataset"):
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH),
+              epochs=1, verbose=0)
+  with pytest.raises(PrivacyError, match="shorter than the strategy's 3"):
+    model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+  for w, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(w, b)
+  _fit(K, model, x, y, 1)
+  with pytest.raises(PrivacyError, match="3 steps per pass"):
+    model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
+
+
+def test_arguments_it_cannot_be_combined_with():
+  K = KERAS[0].values[0]
+  strategy = mf.banded_strategy(6, 3)
+  with pytest.raises(ValueError, match="num_microbatches"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+                      noise_strategy=strategy, num_microbatches=2)
+  with pytest.raises(ValueError, match="sampling"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+                      noise_strategy=strategy, sampling="poisson",
+                      sampling_probability=0.1)
+  with pytest.raises(ValueError, match="max_passes"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+                      noise_strategy=mf.tree_strategy(16), max_passes=0)
+  with pytest.raises(TypeError, match="noise_strategy must be"):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+                      noise_strategy="banded")
