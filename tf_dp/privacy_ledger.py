@@ -203,8 +203,10 @@ class PrivacyLedger(tf.Module):
       examples_per_record: Optional[tf.Tensor] = None) -> tf.Tensor:
     """Records one sample and its Gaussian sum queries (graph-safe).
 
-    The sampling event is ``sampling_event`` when given; otherwise the
-    ledger's configured event (its n, q, sampling and examples per record),
+    A ``CorrelatedNoiseEvent`` goes to the attached correlated-noise ledger
+    (``attach_correlated_noise``) and the sample is written with no sum
+    query; without one it is refused. The sampling event is
+    ``sampling_event`` when given; otherwise the ledger's configured event (its n, q, sampling and examples per record),
     refined by what was drawn (``sample_size``, ``examples_per_record``).
 
     Args:

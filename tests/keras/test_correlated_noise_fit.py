@@ -149,3 +149,16 @@ def test_arguments_it_cannot_be_combined_with():
   with pytest.raises(TypeError, match="noise_strategy must be"):
     tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
                       noise_strategy="banded")
+
+
+def test_config_round_trip_keeps_the_strategy():
+  from tf_dp.core.config import DPConfig  # pylint: disable=g-import-not-at-top
+  K = KERAS[0].values[0]
+  strategy = mf.banded_strategy(6, 3)
+  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
+                                population_size=N, noise_strategy=strategy,
+                                max_passes=2)
+  config = optimizer.dp_config.to_dict()
+  assert config["noise_strategy"]["fingerprint"] == strategy.fingerprint()
+  rebuilt = DPConfig(**config)
+  assert rebuilt.noise_strategy == strategy and rebuilt.max_passes == 2
