@@ -82,6 +82,9 @@ class CorrelatedNoiseLedger(tf.Module):
     # custom loop then records its participation itself).
     self.steps_per_pass = tf.Variable(0, dtype=tf.int64, trainable=False,
                                       name=f"{name}/steps_per_pass")
+    # SHA-256 of the examples of a fixed-order pass ("" until declared).
+    self.data_digest = tf.Variable("", dtype=tf.string, trainable=False,
+                                   name=f"{name}/data_digest")
     # The fewest steps seen between two participations (int64 max: none).
     self.min_separation = tf.Variable(tf.int64.max, dtype=tf.int64,
                                       trainable=False,
@@ -134,23 +137,36 @@ class CorrelatedNoiseLedger(tf.Module):
       with tf.control_dependencies([self.steps_run.assign_add(1)]):
         return tf.constant(True)
 
-  def set_steps_per_pass(self, steps: int) -> None:
-    """``check_steps_per_pass(steps)``, then declares it (eager)."""
-    self.check_steps_per_pass(steps)
+  def set_steps_per_pass(self, steps: int, data_digest: str = "") -> None:
+    """``check_steps_per_pass(steps, data_digest)``, then declares them
+    (eager)."""
+    self.check_steps_per_pass(steps, data_digest)
     self.steps_per_pass.assign(steps)
+    self.data_digest.assign(data_digest)
 
-  def check_steps_per_pass(self, steps: int) -> None:
+  def check_steps_per_pass(self, steps: int, data_digest: str = "") -> None:
     """Checks (eager) a declaration that the steps to come take the
     examples in one fixed order, ``steps`` steps per pass, each example
     once per pass: every step then records the passes so far and a
     separation of ``steps`` (``Keras fit(..., shuffle=False)`` on arrays).
 
+    ``data_digest`` names the examples of a pass in their order (a hash);
+    it must stay the same for the whole run.
+
     Raises:
-      PrivacyError: if another number of steps per pass was declared, or
-        the steps run so far end inside a pass (the next pass would start
-        the order again early: less separation than recorded).
+      PrivacyError: if another number of steps per pass or another
+        ``data_digest`` was declared, or the steps run so far end inside a
+        pass (the next pass would start the order again early: less
+        separation than recorded).
     """
     steps = checks.check_positive_int("steps_per_pass", steps)
+    known = self.data_digest.numpy().decode()
+    if known and known != data_digest:
+      raise PrivacyError(
+          "These training examples differ from those of the first passes "
+          "of this correlated-noise run (another order or other examples): "
+          "an example could then take part in two steps closer than a pass "
+          "apart. Continue with the same examples in the same order.")
     declared = int(self.steps_per_pass.numpy())
     run = int(self.steps_run.numpy())
     if declared not in (0, steps):

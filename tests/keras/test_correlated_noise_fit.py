@@ -131,6 +131,9 @@ def test_fits_the_strategy_does_not_cover_are_refused_before_any_step(K):
   _fit(K, model, x, y, 1)
   with pytest.raises(PrivacyError, match="3 steps per pass"):
     model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
+  with pytest.raises(PrivacyError, match="another order"):
+    model.fit(x[::-1], y[::-1], batch_size=BATCH, epochs=1, shuffle=False,
+              verbose=0)
 
 
 def test_arguments_it_cannot_be_combined_with():

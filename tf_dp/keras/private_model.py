@@ -10,12 +10,14 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 """
 
 import collections.abc
+import hashlib
 import inspect
 import math
 import types
 import warnings
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
@@ -438,7 +440,8 @@ def check_correlated_noise_fit(engine, bound, examples):
         f"lots of gradient_accumulation_steps={per_lot} batches.")
   steps_per_pass = batches // per_lot
   ledger = engine.ledger.correlated_noise
-  ledger.check_steps_per_pass(steps_per_pass)
+  digest = _training_data_digest(bound, examples)
+  ledger.check_steps_per_pass(steps_per_pass, digest)
   run = int(ledger.steps_run.numpy())
   epochs = int(bound.get("epochs", 1)) - int(bound.get("initial_epoch", 0))
   total = run + max(epochs, 0) * steps_per_pass
@@ -456,7 +459,22 @@ def check_correlated_noise_fit(engine, bound, examples):
         f"{strategy.bands} bands: one example's participations would share "
         f"noise rows. Use a strategy with at most {steps_per_pass} bands, or "
         f"smaller batches.")
-  ledger.set_steps_per_pass(steps_per_pass)
+  ledger.set_steps_per_pass(steps_per_pass, digest)
+
+
+def _training_data_digest(bound, examples):
+  """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
+  order: a later fit of the same correlated-noise run must take the same
+  examples in the same order."""
+  digest = hashlib.sha256()
+  for part in ("x", "y", "sample_weight"):
+    for leaf in tf.nest.flatten(bound.get(part)):
+      if leaf is None:
+        continue
+      rows = np.ascontiguousarray(np.asarray(leaf)[:examples])
+      digest.update(f"{part}{rows.dtype}{rows.shape}".encode())
+      digest.update(memoryview(rows).cast("B"))
+  return digest.hexdigest()
 
 
 def check_sampling_of_fit_input(config, x, recorded_population_size,
