@@ -152,3 +152,20 @@ def test_bad_arguments():
     CorrelatedNoiseQuery(1.0, 1.0, "banded", [tf.zeros([2])])
   with pytest.raises(ValueError, match="noise_multiplier"):
     CorrelatedNoiseQuery(1.0, -1.0, mf.tree_strategy(4), [tf.zeros([2])])
+
+
+@pytest.mark.parametrize("kind", ["banded", "tree"])
+def test_secure_mode_noise_has_the_strategy_variances(kind):
+  coords, steps = 20000, 6
+  query = CorrelatedNoiseQuery(1.0, 2.0, STRATEGIES[kind](steps),
+                               [tf.zeros([coords])], secure_mode=True)
+  state = query.initial_global_state()
+  variances = []
+  for _ in range(steps):
+    (w,), state, _ = query.get_noised_result([tf.zeros([coords])], state)
+    variances.append(float(np.mean(w.numpy().astype(np.float64) ** 2)))
+  left_inverse = query.strategy.noise_matrix()
+  expected = 4.0 * np.sum(left_inverse ** 2, axis=1)
+  # The sample variance of N Gaussians has standard error var sqrt(2 / N).
+  np.testing.assert_array_less(np.abs(np.array(variances) - expected),
+                               5 * expected * np.sqrt(2 / coords))

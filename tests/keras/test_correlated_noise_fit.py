@@ -87,7 +87,7 @@ def test_replacing_one_example_moves_only_its_steps_clipped_sum(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_ledger_records_the_participation_run(K):
+def test_ledger_records_the_participation_run(K, tmp_path):
   x, y = helpers.make_data("dense", N)
   strategy = mf.banded_strategy(9, 3)
   model = _model(K, 1.5, noise_strategy=strategy, max_passes=3)
@@ -110,6 +110,9 @@ def test_ledger_records_the_participation_run(K):
   # Readers of independent Gaussian samples refuse the record.
   with pytest.raises(PrivacyError, match="correlated-noise"):
     tf_dp.analysis.compute_rdp_from_ledger(model.optimizer.ledger)
+  # Its record would not be restored with the model: saving is refused.
+  with pytest.raises(PrivacyError, match="cannot be saved"):
+    model.save(str(tmp_path / "model.keras"))
 
 
 @pytest.mark.parametrize("K", KERAS)
