@@ -8,7 +8,8 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TYPED = ("tf_dp/analysis", "tf_dp/core", "tf_dp/data", "tf_dp/dp_query",
-         "tf_dp/privacy_ledger.py", "tf_dp/sampling.py", "tf_dp/errors.py")
+         "tf_dp/privacy_ledger.py", "tf_dp/correlated_noise_ledger.py",
+         "tf_dp/sampling.py", "tf_dp/errors.py")
 
 
 def _public_functions(tree):
