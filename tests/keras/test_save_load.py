@@ -345,18 +345,18 @@ def test_wrapped_optimizer_slots_travel_with_the_ledger(K, fmt, legacy,
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_saved_files_name_the_classes_as_they_always_did(K, tmp_path):
+def test_saved_files_name_the_classes_by_their_homes(K, tmp_path):
   """A ``.keras`` file records the DP optimizer's registered name and module
   (Keras 2's loader imports that module in a process where the class is
-  not registered yet): both stay what files of every version hold, and a
-  fresh process that only imported tf_dp loads a Keras 2 file."""
+  not registered yet), and a fresh process that only imported tf_dp loads a
+  Keras 2 file."""
   path = _saved_after_one_epoch(K, tmp_path)
   with zipfile.ZipFile(path) as archive:
     saved = json.loads(archive.read("config.json"))["compile_config"][
         "optimizer"]
   suffix = "3" if _is_keras3(K) else "2"
   assert saved["registered_name"] == f"tf_dp>DPOptimizerKeras{suffix}"
-  assert saved["module"] == f"tf_dp.keras.optimizer_keras{suffix}"
+  assert saved["module"] == f"tf_dp.keras.backend.keras{suffix}_optimizer"
   if _is_keras3(K):
     return  # Keras 3 finds classes by their registered name only.
   assert _load_in_a_fresh_process(K, path, "import tf_dp")[0] == (

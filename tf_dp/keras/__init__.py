@@ -6,8 +6,6 @@ the module a file records), so ``load_model`` finds them in a fresh
 process.
 """
 
-import sys
-
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.fast.clipped_sum import clipping_plan
@@ -24,11 +22,3 @@ from tf_dp.keras.private_model import make_private
 
 _dp_classes.register_saved_classes()
 
-
-def __getattr__(name):
-  """``tf_dp.keras.compat`` (deprecated: ``tf_dp.keras.backend``) as an
-  attribute, without importing it first."""
-  if name == "compat":
-    import tf_dp.keras.compat  # pylint: disable=g-import-not-at-top,redefined-outer-name
-    return sys.modules["tf_dp.keras.compat"]
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

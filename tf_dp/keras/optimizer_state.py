@@ -29,12 +29,11 @@ from tf_dp.errors import PrivacyError
 PREFIX = "tf_dp_"
 
 # The saved arrays' names (after PREFIX), in the order ``.h5`` files list
-# them, and the ledger's ``export_buffers`` key each one holds. The names
-# are a file format: models saved before keep loading, so they never change
-# (``selection_probability`` is the saved name of the sampling probability).
+# them, and the ledger's ``export_buffers`` key each one holds: a file
+# format.
 _SAVED_NAMES = (
     ("ledger_population_size", "population_size"),
-    ("ledger_selection_probability", "sampling_probability"),
+    ("ledger_sampling_probability", "sampling_probability"),
     ("ledger_examples_per_record", "examples_per_record"),
     ("ledger_sampling_code", "sampling_code"),
     ("ledger_sample_count", "sample_count"),
@@ -64,13 +63,6 @@ def export_state(engine):
         "model.get_weights()) and keep ledger.to_json().")
   buffers = engine.ledger.export_buffers()
   return {saved: buffers[key] for saved, key in _SAVED_NAMES}
-
-
-def state_keys(count):
-  """The names of ``count`` exported arrays, in ``export_state`` order
-  (files written with an open lot have more; those are ignored)."""
-  del count
-  return list(LEDGER_KEYS)
 
 
 def restore_ledger(ledger, state):

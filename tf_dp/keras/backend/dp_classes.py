@@ -55,8 +55,9 @@ def register_saved_classes():
   (``"tf_dp>DPOptimizerKeras3"``, ``"tf_dp>DPBatchNormalization"``), which
   importing the class registers; without this, ``load_model`` in a fresh
   process could not find them. Keras 2's loaders import the module a file
-  records (``tf_dp.keras.optimizer_keras2``, ...), so its classes stay
-  imported on first use, and no Keras 2 package is imported here.
+  records (``tf_dp.keras.backend.keras2_optimizer``,
+  ``tf_dp.keras.layers_keras2``), so its classes stay imported on first use,
+  and no Keras 2 package is imported here.
   """
   from tf_dp.keras.backend import keras3  # pylint: disable=g-import-not-at-top
   if keras3.module() is not None:

@@ -22,8 +22,8 @@ class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
     epsilon, center, scale: As in BatchNormalization.
   """
 
-  # The module saved models record for this class (where it lived first;
-  # Keras 2's loader imports it): a file format, kept unchanged.
+  # Its public home, which saved models record (Keras 2's loader imports
+  # it).
   __module__ = "tf_dp.keras.layers_keras2"
 
   def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,

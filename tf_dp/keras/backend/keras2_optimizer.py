@@ -29,10 +29,6 @@ class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
   ``keras.models.load_model`` finds it without ``custom_objects``.
   """
 
-  # The module saved models record for this class (where it lived first;
-  # Keras 2's loader imports it): a file format, kept unchanged.
-  __module__ = "tf_dp.keras.optimizer_keras2"
-
   def __init__(self, inner_optimizer, dp_config, name=None):
     # Legacy optimizers keep their name in ``_name`` only.
     inner_name = getattr(inner_optimizer, "name", None) or getattr(
@@ -92,7 +88,7 @@ class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
             f"the saved value has shape {value.shape}.")
     saved = list(weights[count:])
     self._load_saved(list(weights[:count]), dict(
-        zip(optimizer_state.state_keys(len(saved)), saved)) if saved else {})
+        zip(optimizer_state.LEDGER_KEYS, saved)))
 
   def minimize(self, loss, var_list, tape=None):
     raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)

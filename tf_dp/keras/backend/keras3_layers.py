@@ -20,8 +20,7 @@ class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
     epsilon, center, scale: As in keras.layers.BatchNormalization.
   """
 
-  # The module saved models record for this class (where it lived first):
-  # a file format, kept unchanged.
+  # Its public home, which saved models record.
   __module__ = "tf_dp.keras.layers"
 
   def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,

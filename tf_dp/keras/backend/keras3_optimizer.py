@@ -19,10 +19,6 @@ class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
   ``keras.models.load_model`` finds it without ``custom_objects``.
   """
 
-  # The module saved models record for this class (where it lived first):
-  # a file format, kept so that saved models and pickles find it.
-  __module__ = "tf_dp.keras.optimizer_keras3"
-
   def __init__(self, inner_optimizer, dp_config, name=None):
     super().__init__(learning_rate=0.0,
                      name=name or f"dp_{inner_optimizer.name}")
