@@ -14,7 +14,10 @@ def test_hierarchy():
   for cls in (errors.UnsupportedModelError, errors.SamplingMismatchError,
               errors.LedgerFormatError, errors.IncompleteLedgerError):
     assert issubclass(cls, errors.PrivacyError)
+  assert issubclass(errors.PrivacyCheckError, errors.UnsupportedModelError)
   assert issubclass(errors.PrivacyError, ValueError)
+  assert issubclass(errors.RecordStructureError, ValueError)
+  assert issubclass(errors.RecordStructureError, TypeError)
 
 
 def _export(sampling="poisson", dropped=0, count=3):
@@ -92,3 +95,68 @@ def test_invalid_json_for_a_ledger_is_a_ledger_format_error():
     PrivacyLedger.from_json("{")
   with pytest.raises(errors.LedgerFormatError, match="missing"):
     PrivacyLedger(10, 0.1).import_buffers({})
+
+
+def test_a_record_of_another_structure_is_a_record_structure_error():
+  tf = pytest.importorskip("tensorflow")
+  from tf_dp import dp_query  # pylint: disable=g-import-not-at-top
+  query = dp_query.NestedQuery([dp_query.GaussianSumQuery(1.0, 0.0)] * 2)
+  params = query.derive_sample_params(query.initial_global_state())
+  with pytest.raises(errors.RecordStructureError, match="record"):
+    query.preprocess_record(params, [tf.ones([2])])
+
+
+def _keras_modules():
+  pytest.importorskip("tensorflow")
+  from tests.keras import helpers  # pylint: disable=g-import-not-at-top
+  return helpers.keras_modules()
+
+
+def _compiled(K, layers, **dp_kwargs):
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  model = tf_dp.keras.make_private(K.Sequential([K.layers.Input((3,))] +
+                                                layers))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=8, **dp_kwargs), loss="mse")
+  return model
+
+
+@pytest.mark.parametrize("K", _keras_modules())
+def test_keras_models_that_mix_examples_are_unsupported_model_errors(K):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  with pytest.raises(errors.UnsupportedModelError, match="BatchNormalization"):
+    tf_dp.keras.make_private(K.Sequential([
+        K.layers.Input((3,)), K.layers.BatchNormalization()]))
+  model = _compiled(K, [K.layers.Dense(1), K.layers.Lambda(
+      lambda t: t - tf.reduce_mean(t, axis=0))])
+  x = np.arange(24, dtype=np.float32).reshape(8, 3) / 24
+  with pytest.raises(errors.PrivacyCheckError, match="mix"):
+    tf_dp.keras.check_privacy(model, x, np.zeros((8, 1), np.float32))
+
+
+@pytest.mark.parametrize("K", _keras_modules())
+def test_fit_input_of_another_sampling_is_a_sampling_mismatch(K):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tf_dp  # pylint: disable=g-import-not-at-top
+  model = _compiled(K, [K.layers.Dense(1)], sampling="poisson",
+                    sampling_probability=0.5)
+  x, y = np.zeros((8, 3), np.float32), np.zeros((8, 1), np.float32)
+  with pytest.raises(errors.SamplingMismatchError, match="arrays or tensors"):
+    model.fit(x, y, batch_size=4, verbose=0)
+  lots = tf_dp.data.fixed_size_sampled_batches(x, y, 4, 2, seed=1)
+  with pytest.raises(errors.SamplingMismatchError, match="fixed"):
+    model.fit(lots, verbose=0)
+
+
+def test_a_ledger_behind_the_optimizer_is_an_incomplete_ledger_error():
+  pytest.importorskip("tensorflow")
+  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import optimizer_state
+  from tf_dp.privacy_ledger import PrivacyLedger
+  ledger = PrivacyLedger(100, 0.1)
+  optimizer_state.check_ledger_covers(0, ledger)
+  with pytest.raises(errors.IncompleteLedgerError, match="records only 0"):
+    optimizer_state.check_ledger_covers(3, ledger)

@@ -17,6 +17,12 @@ class UnsupportedModelError(PrivacyError):
   replacement."""
 
 
+class PrivacyCheckError(UnsupportedModelError):
+  """``tf_dp.keras.check_privacy`` found a record's gradient that depends on
+  another record (a layer mixes examples), or per-example gradients of the
+  fast path that disagree with the reference ones."""
+
+
 class SamplingMismatchError(PrivacyError):
   """The lots are not drawn as the ledger or the configuration records
   (another sampling kind, population size or declaration)."""
@@ -30,3 +36,9 @@ class LedgerFormatError(PrivacyError):
 class IncompleteLedgerError(PrivacyError):
   """The ledger did not record every lot (it was full): epsilon cannot be
   computed from it."""
+
+
+class RecordStructureError(ValueError, TypeError):
+  """A record (or state) whose nest differs from the one a query was built
+  for: a ``ValueError``, and a ``TypeError`` as ``tf.nest`` raises for a
+  sequence of another type (a tuple for a list)."""

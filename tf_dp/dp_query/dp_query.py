@@ -28,6 +28,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from tf_dp.errors import RecordStructureError
+
 # A tf.nest structure of tensors: a query's states, records, parameters,
 # results and events.
 Nest = Any
@@ -107,12 +109,6 @@ class DPQuery(metaclass=abc.ABCMeta):
   def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     """The sum of preprocessed records from the scaled sum and extra sums."""
     raise NotImplementedError
-
-
-class RecordStructureError(ValueError, TypeError):
-  """A record (or state) whose nest differs from the one the query was built
-  for: a ``ValueError``, and a ``TypeError`` as ``tf.nest`` raises for a
-  sequence of another type (a tuple for a list)."""
 
 
 def check_record_structure(template_like: Nest, record: Nest,

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import nest_utils
 from tf_dp.dp_query.dp_query import Nest
+from tf_dp.errors import RecordStructureError
 
 
 class NestedQuery(dp_query.DPQuery):
@@ -45,7 +46,7 @@ class NestedQuery(dp_query.DPQuery):
     try:
       nest_utils.flatten_up_to(self._queries, record, what)
     except ValueError as e:
-      raise dp_query.RecordStructureError(
+      raise RecordStructureError(
           f"The {what} does not match the structure of the NestedQuery's "
           f"queries {tf.nest.map_structure(lambda _: '.', self._queries)}: "
           f"{e}") from None

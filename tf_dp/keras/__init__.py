@@ -6,6 +6,7 @@ the module a file records), so ``load_model`` finds them in a fresh
 process.
 """
 
+from tf_dp.errors import PrivacyCheckError
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.fast.clipped_sum import clipping_plan
@@ -15,7 +16,6 @@ from tf_dp.keras.membership_inference import loss_threshold_attack
 from tf_dp.keras.membership_inference import membership_scores
 from tf_dp.keras.membership_inference import train_shadow_models
 from tf_dp.keras.optimizer import DPOptimizer
-from tf_dp.keras.privacy_check import PrivacyCheckError
 from tf_dp.keras.privacy_check import check_privacy
 from tf_dp.keras.private_model import is_private
 from tf_dp.keras.private_model import make_private

@@ -11,6 +11,7 @@ from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.sampling import Sampling
 from tf_dp.keras.backend import callback
 
@@ -61,7 +62,7 @@ class LotBoundaryGuard(_Callback):
     k = engine.config.gradient_accumulation_steps
     steps = self.params.get("steps")
     if self._lots_span_epochs(engine) and steps and steps % k:
-      raise ValueError(
+      raise SamplingMismatchError(
           f"With gradient_accumulation_steps={k} and {steps} steps per "
           f"epoch, a lot of shuffled batches would take batches from two "
           f"epochs and could contain an example twice. Use a number of "
@@ -105,7 +106,7 @@ class LotBoundaryGuard(_Callback):
   @staticmethod
   def _lots_span_epochs(engine):
     return (engine.config.gradient_accumulation_steps > 1
-            and engine.config.sampling == "shuffled")
+            and engine.config.sampling == Sampling.SHUFFLED)
 
 
 class PrivacyBudget(_Callback):

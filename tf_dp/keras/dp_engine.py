@@ -30,10 +30,13 @@ from tf_dp.core import vectorized
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
+from tf_dp.errors import PrivacyError
+from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras.fast import clipped_sum as fast_clipping
+from tf_dp.sampling import Sampling
 
 GRADIENTS = lot_engine.GRADIENTS
 METRICS = "metrics"
@@ -138,8 +141,9 @@ class DPEngine(lot_engine.LotEngine):
         part_templates[key] = BatchNormStats(tf.zeros([n]), tf.zeros([n]))
     if cfg.metrics_noise_stddev is not None:
       if cfg.num_microbatches is not None:
-        raise ValueError("Private metrics (metrics_noise_stddev) count "
-                         "examples and cannot be combined with microbatches.")
+        raise PrivacyError(
+            "Private metrics (metrics_noise_stddev) count examples and "
+            "cannot be combined with microbatches.")
       classes = int(model.output_shape[-1])
       parts[METRICS] = DPMetricsQuery(classes, cfg.metrics_noise_stddev,
                                       secure_mode=cfg.secure_mode)
@@ -179,14 +183,14 @@ class DPEngine(lot_engine.LotEngine):
       grads_sum, y_pred, losses, records, taps = fast
     else:
       if self._bn_layers:
-        raise ValueError(
+        raise UnsupportedModelError(
             "DPBatchNormalization needs the fast clipping path, which is "
             "unavailable for this model (see the log for why).")
       # Ragged or sparse inputs run a tf.map_fn loop: no pfor hazard.
       hazard = None if per_example.composite_inputs_reason(x) else (
           fast_clipping.vectorized_map_hazard(model_checks.all_layers(model)))
       if hazard is not None:
-        raise ValueError(hazard)
+        raise UnsupportedModelError(hazard)
       grads, y_pred, losses = per_example.record_gradients(
           model, loss_fn, x, y, sample_weight,
           self.microbatches_per_replica())
@@ -196,7 +200,7 @@ class DPEngine(lot_engine.LotEngine):
     records = tf.cast(records, tf.float32)
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
     present = None
-    if sample_weight is not None and cfg.sampling == "poisson":
+    if sample_weight is not None and cfg.sampling == Sampling.POISSON:
       present = tf.cast(tf.cast(sample_weight, tf.float32) > 0, tf.float32)
       examples = tf.reduce_sum(present)
     batch_sum = {GRADIENTS: grads_sum}
@@ -251,7 +255,8 @@ class DPEngine(lot_engine.LotEngine):
       except fast_clipping.FastPathUnavailable as e:
         reason = str(e)
     if method == "fast":
-      raise ValueError(f"per_example_method='fast' is unavailable: {reason}.")
+      raise UnsupportedModelError(
+          f"per_example_method='fast' is unavailable: {reason}.")
     logging.log_first_n(
         logging.WARNING, "tf_dp: per-example gradients with "
         "tf.vectorized_map (slower) because %s.", 1, reason)

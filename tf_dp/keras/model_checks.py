@@ -20,6 +20,7 @@
 
 import tensorflow as tf
 
+from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 
 BATCH_NORM_ERROR = (
@@ -53,6 +54,11 @@ def all_layers(model):
   return backend.for_object(model).all_layers(model)
 
 
+def _batch_norm_error(layer):
+  return UnsupportedModelError(BATCH_NORM_ERROR.format(
+      name=layer.name, cls=type(layer).__name__))
+
+
 def _refuse_batch_statistics_when_called(layer, keras_backend):
   """Makes frozen BatchNormalization ``layer`` raise ``BATCH_NORM_ERROR``
   when a call would normalise with the batch's statistics (it was unfrozen
@@ -65,8 +71,7 @@ def _refuse_batch_statistics_when_called(layer, keras_backend):
   def call(inputs, *args, **kwargs):
     training = kwargs.get("training", args[0] if args else None)
     if keras_backend.uses_batch_statistics(layer, training):
-      raise ValueError(BATCH_NORM_ERROR.format(name=layer.name,
-                                               cls=type(layer).__name__))
+      raise _batch_norm_error(layer)
     return original(inputs, *args, **kwargs)
 
   layer.call = call
@@ -85,17 +90,16 @@ def validate_and_prepare(model):
     if compute == "float16" and compute != str(
         getattr(layer, "variable_dtype", compute)):
       policy = getattr(layer, "dtype_policy", None)
-      raise ValueError(MIXED_PRECISION_ERROR.format(
+      raise UnsupportedModelError(MIXED_PRECISION_ERROR.format(
           name=layer.name, compute=compute,
           policy=getattr(policy, "name", policy)))
   for layer in layers:
     if isinstance(layer, batch_norms):
       if layer.trainable:
-        raise ValueError(BATCH_NORM_ERROR.format(name=layer.name,
-                                                 cls=type(layer).__name__))
+        raise _batch_norm_error(layer)
       _refuse_batch_statistics_when_called(layer, keras_backend)
     if getattr(layer, "activity_regularizer", None) is not None:
-      raise ValueError(
+      raise UnsupportedModelError(
           f"Layer {layer.name!r} has an activity_regularizer: it depends on "
           f"the data and would not be clipped per example. Remove it, or "
           f"use weight regularisers (kernel_regularizer), which are public.")

@@ -17,6 +17,7 @@ Usage (two extra lines against non-private training)::
 from tf_dp.core import config as config_lib
 from tf_dp.keras import backend
 from tf_dp.keras.backend import dp_classes
+from tf_dp.sampling import Sampling
 # Re-exported: the names every flavour's DP optimizer shares.
 from tf_dp.keras.optimizer_base import DPOptimizerMixin  # pylint: disable=unused-import
 from tf_dp.keras.optimizer_base import is_dp_optimizer  # pylint: disable=unused-import
@@ -135,7 +136,7 @@ class DPOptimizer(metaclass=_DPOptimizerType):
   def __new__(cls, optimizer, l2_norm_clip=None, noise_multiplier=None,
               num_microbatches=None, gradient_accumulation_steps=1,
               dp_query=None, ledger=None, population_size=None,
-              sampling="shuffled", sampling_probability=None,
+              sampling=Sampling.SHUFFLED, sampling_probability=None,
               clipping="flat", noise_allocation="proportional",
               max_lots=100000, per_example_method="auto",
               metrics_noise_stddev=None, secure_mode=False,

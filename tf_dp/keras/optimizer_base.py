@@ -10,6 +10,7 @@ import warnings
 import tensorflow as tf
 
 from tf_dp.core import config as config_lib
+from tf_dp.errors import PrivacyError
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state
@@ -76,7 +77,7 @@ class DPOptimizerMixin:
     """
     keras_backend = dp_step.converted_backend(model)
     if keras_backend is None:
-      raise ValueError(
+      raise PrivacyError(
           "private_step needs a model converted with "
           "`model = tf_dp.keras.make_private(model)` (it refuses layers "
           "that mix examples and draws per-example dropout masks).")

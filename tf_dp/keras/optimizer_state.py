@@ -24,6 +24,7 @@ ledger recorded.
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import PrivacyError
 
 PREFIX = "tf_dp_"
@@ -75,7 +76,7 @@ def restore_ledger(ledger, state):
   try:
     ledger.import_buffers({key: state[saved] for saved, key in _SAVED_NAMES})
   except ValueError as e:
-    raise ValueError(
+    raise IncompleteLedgerError(
         f"The saved privacy ledger does not fit this optimizer's ledger: "
         f"{e} Rebuild the optimizer with a larger max_lots "
         f"(tf_dp.DPOptimizer(..., max_lots=...)) before loading.") from e
@@ -102,7 +103,7 @@ def check_ledger_covers(applied, ledger):
   recorded = int(numpy(ledger.sample_count))  # Written and dropped.
   if applied <= recorded:
     return
-  raise ValueError(
+  raise IncompleteLedgerError(
       f"tf_dp refuses to continue training: the optimizer has already "
       f"applied {applied} lots (its `iterations`, or the count saved with "
       f"its config), but its privacy ledger records only {recorded}. The "

@@ -16,6 +16,7 @@ from absl import logging
 import tensorflow as tf
 
 from tf_dp.core.vectorized import gradients_or_zeros
+from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import model_checks
 
 
@@ -91,7 +92,7 @@ def _loop_over_composite_records(fn, elems):
       tf.TensorSpec([], tf.int32)).structured_outputs
   for t in tf.nest.flatten(traced):
     if is_composite(t):
-      raise ValueError(
+      raise UnsupportedModelError(
           f"tf_dp: the model returns a {type(t).__name__}; with ragged or "
           f"sparse inputs tf_dp needs dense outputs and labels (pool or "
           f"reduce the sequence axis, or pad the outputs).")

@@ -26,6 +26,7 @@ import tensorflow as tf
 from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
 
 from tf_dp.dp_query.gaussian_query import GaussianSumQuery
+from tf_dp.errors import PrivacyCheckError
 from tf_dp.keras import backend
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
@@ -45,10 +46,6 @@ def _fast_path_rtol(model):
   dtypes = {str(getattr(layer, "compute_dtype", "float32"))
             for layer in model_checks.all_layers(model)}
   return _RTOL_HALF if dtypes & {"bfloat16", "float16"} else _RTOL
-
-
-class PrivacyCheckError(ValueError):
-  """The model mixes examples, or the fast path disagrees with the reference."""
 
 
 def _gather_rows(t, rows):

@@ -21,13 +21,17 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
+from tf_dp.errors import PrivacyCheckError
 from tf_dp.errors import PrivacyError
+from tf_dp.errors import SamplingMismatchError
+from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
 from tf_dp.keras import optimizer_base
 from tf_dp.keras import per_example
+from tf_dp.sampling import Sampling
 
 
 def _dp_train_step(self, data):
@@ -37,10 +41,10 @@ def _dp_train_step(self, data):
   optimizer = self.optimizer
   inner = getattr(optimizer, "inner_optimizer", None)
   if inner is not None and optimizer_base.is_dp_optimizer(inner):
-    raise ValueError(model_checks.MIXED_PRECISION_ERROR.format(
-        name=self.name, compute="float16", policy="mixed_float16") +
-                     f" (Keras wrapped the DPOptimizer in a "
-                     f"{type(optimizer).__name__}.)")
+    raise UnsupportedModelError(
+        model_checks.MIXED_PRECISION_ERROR.format(
+            name=self.name, compute="float16", policy="mixed_float16") +
+        f" (Keras wrapped the DPOptimizer in a {type(optimizer).__name__}.)")
   if not optimizer_base.is_dp_optimizer(optimizer):
     raise TypeError(
         "This model was converted with tf_dp.keras.make_private but compiled "
@@ -65,7 +69,8 @@ def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
   without its padding rows (weight 0), for the loss and metrics Keras
   reports: Keras's unweighted metrics (``metrics=["accuracy"]``) would
   count the padding. Other samplings: unchanged."""
-  if optimizer.dp_engine.config.sampling != "poisson" or sample_weight is None:
+  if (optimizer.dp_engine.config.sampling != Sampling.POISSON
+      or sample_weight is None):
     return x, y, y_pred, sample_weight
   weight = tf.reshape(tf.nest.flatten(sample_weight)[0], [-1])
   rows = tf.where(weight > 0)[:, 0]
@@ -238,7 +243,7 @@ def _self_check(self, batch):
   x, y, sample_weight = batch
   try:
     privacy_check.check_privacy(self, x, y, sample_weight)
-  except privacy_check.PrivacyCheckError:
+  except PrivacyCheckError:
     raise
   except Exception as e:  # pylint: disable=broad-except
     logging.warning("tf_dp privacy self-check could not run (%s: %s); "
@@ -259,7 +264,7 @@ def _first_batch_for_fit(self, args, kwargs):
   except (_NoBatch, TypeError, ValueError, tf.errors.OpError) as e:
     if not needs_check:
       return None, args, kwargs
-    raise ValueError(
+    raise PrivacyError(
         f"tf_dp's privacy self-check could not read the first batch of "
         f"fit's input ({e}), and fit does not train without it: a layer "
         f"that mixes examples would break the privacy guarantee unseen. "
@@ -371,16 +376,16 @@ def check_lots_within_passes(config, bound, examples):
   Privacy contract: called by ``fit`` before any step.
 
   Raises:
-    ValueError: naming the batches per pass, k and the fixes.
+    SamplingMismatchError: naming the batches per pass, k and the fixes.
   """
   k = config.gradient_accumulation_steps
-  if (k == 1 or config.sampling != "shuffled" or examples is None
+  if (k == 1 or config.sampling != Sampling.SHUFFLED or examples is None
       or not bound.get("steps_per_epoch")):
     return
   batch_size = bound.get("batch_size") or 32
   per_pass = -(-examples // batch_size)
   if per_pass % k:
-    raise ValueError(
+    raise SamplingMismatchError(
         f"fit on {examples} examples in batches of {batch_size} makes "
         f"{per_pass} batches per pass over the arrays, not a multiple of "
         f"gradient_accumulation_steps={k}: with steps_per_epoch="
@@ -392,8 +397,8 @@ def check_lots_within_passes(config, bound, examples):
 
 
 # The samplers whose datasets hold the lots each declared sampling promises.
-_SAMPLERS = {"fixed_size": "tf_dp.data.fixed_size_sampled_batches",
-             "poisson": "tf_dp.data.poisson_sampled_batches"}
+_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_batches",
+             Sampling.POISSON: "tf_dp.data.poisson_sampled_batches"}
 
 
 def check_correlated_noise_fit(engine, bound, examples):
@@ -521,14 +526,14 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
       refused there.
 
   Raises:
-    ValueError: naming what the optimizer declares, what was given and the
-      fix.
+    SamplingMismatchError: naming what the optimizer declares, what was
+      given and the fix.
   """
   declared = (data_lots.declared_sampling(x)
               if isinstance(x, tf.data.Dataset) else None)
   sampling = config.sampling
   if sampling in _SAMPLERS and workers > 1:
-    raise ValueError(
+    raise SamplingMismatchError(
         f"DPOptimizer(sampling={sampling!r}) cannot train over {workers} "
         f"workers: each worker iterates its own copy of the dataset and "
         f"Keras shards it by batches, so a global step would join batches "
@@ -553,7 +558,7 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
     else:
       given = (f"a {type(x).__name__}, which carries no sampling mark "
                f"(only a tf.data.Dataset can)")
-    raise ValueError(
+    raise SamplingMismatchError(
         f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
         f"{_SAMPLERS[sampling]}, but {call} was given {given}: the privacy "
         f"ledger would record {sampling} lots that were never drawn, and "
@@ -568,23 +573,23 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
   if declared.sampling_probability is not None:
     what += f", sampling_probability={declared.sampling_probability!r}"
   if declared.sampling != sampling:
-    raise ValueError(
+    raise SamplingMismatchError(
         f"fit was given a dataset whose lots are marked as drawn with "
         f"{what}, but DPOptimizer declares sampling={sampling!r}: the "
         f"ledger would record the lots as {sampling} lots (of their padded "
         f"size), and its epsilon would not hold. Build the DPOptimizer "
         f"with {what}, or train on lots drawn as it declares.")
-  if sampling == "poisson" and not math.isclose(
+  if sampling == Sampling.POISSON and not math.isclose(
       declared.sampling_probability, config.sampling_probability,
       rel_tol=1e-12):
-    raise ValueError(
+    raise SamplingMismatchError(
         f"fit was given Poisson lots drawn with sampling_probability="
         f"{declared.sampling_probability!r}, but DPOptimizer declares "
         f"sampling_probability={config.sampling_probability!r}: the ledger "
         f"would record the wrong q. Pass the same sampling_probability to "
         f"the sampler and to DPOptimizer.")
   if declared.batches_per_lot != config.gradient_accumulation_steps:
-    raise ValueError(
+    raise SamplingMismatchError(
         f"fit was given {sampling} lots of batches_per_lot="
         f"{declared.batches_per_lot} batches, but DPOptimizer("
         f"gradient_accumulation_steps={config.gradient_accumulation_steps})"
@@ -595,7 +600,7 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         f"{config.gradient_accumulation_steps}, or set "
         f"gradient_accumulation_steps={declared.batches_per_lot}.")
   if declared.population_size not in (None, recorded_population_size):
-    raise ValueError(
+    raise SamplingMismatchError(
         f"fit was given {sampling} lots drawn from n = "
         f"{declared.population_size} examples, but the DPOptimizer's ledger "
         f"records population_size={recorded_population_size}: it would "

@@ -30,6 +30,7 @@ import weakref
 
 import tensorflow as tf
 
+from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras.fast import linear
@@ -278,7 +279,7 @@ def _check_calls(unit, rules, session, graph):
   if rule is None:
     hazard = vectorized_map_hazard([unit])
     if hazard:
-      raise ValueError(hazard)
+      raise UnsupportedModelError(hazard)
     rules[id(unit)] = rules_lib.LocalVectorizedRule(
         session.original_call(unit)[0])
 
