@@ -1,0 +1,184 @@
+"""A few examples of what ``fit`` will train on, read before it trains.
+
+``make_private``'s ``fit`` needs them to build a model that is not built yet
+and for the privacy self-check. Every kind of input ``fit`` accepts is read
+without consuming it: arrays and tensors are sliced, a ``tf.data.Dataset``
+is iterated anew (a sampler's dataset draws fresh lots each time), and a
+generator's first batch is put back in front of it.
+"""
+
+import collections.abc
+import types
+
+import tensorflow as tf
+
+from tf_dp.errors import PrivacyError
+from tf_dp.keras import dp_step
+from tf_dp.keras import per_example
+
+
+class _NoBatch(Exception):
+  """The first batch of a ``fit`` input cannot be read (the reason)."""
+
+
+def fit_input(args, kwargs):
+  """``fit``'s ``x`` and ``y`` as Keras reads them (positional or named)."""
+  return (kwargs.get("x", args[0] if args else None),
+          kwargs.get("y", args[1] if len(args) > 1 else None))
+
+
+def with_fit_input(args, kwargs, x):
+  """``fit``'s arguments with ``x`` replaced."""
+  if "x" in kwargs or not args:
+    return args, dict(kwargs, x=x)
+  return (x,) + tuple(args[1:]), kwargs
+
+
+def peek(model, args, kwargs):
+  """``(batch, args, kwargs)``: a few examples of what ``fit`` will train on
+  as ``(x, y, sample_weight)`` (None if the input holds no batch), and
+  ``fit``'s arguments to train on (a generator's first batch, read here,
+  is put back in front of it).
+
+  Reads every kind of input ``fit`` accepts: arrays and tensors (and nests
+  of them), a ``tf.data.Dataset``, a Python generator or iterator, and a
+  ``keras.utils.PyDataset`` (Keras 3) or ``keras.utils.Sequence`` (Keras 2).
+
+  Raises:
+    _NoBatch: for any other input, with the reason.
+  """
+  keras_backend = dp_step.converted_backend(model)
+  x, y = fit_input(args, kwargs)
+  if isinstance(x, tf.data.Dataset):
+    return _weighted_rows_of_dataset(keras_backend, x), args, kwargs
+  if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
+    try:
+      batch = next(x)
+    except StopIteration:
+      return None, args, kwargs
+    args, kwargs = with_fit_input(args, kwargs, _prepended(batch, x))
+    return _unpacked_head(keras_backend, batch), args, kwargs
+  if (hasattr(x, "__getitem__") and hasattr(x, "__len__")
+      and not hasattr(x, "shape")
+      and not isinstance(x, (list, tuple, dict))):
+    if len(x) == 0:  # pylint: disable=g-explicit-length-test
+      return None, args, kwargs
+    return _unpacked_head(keras_backend, x[0]), args, kwargs
+  if x is not None and all(hasattr(t, "shape") for t in tf.nest.flatten(x)):
+    return (tf.nest.map_structure(_head, x),
+            None if y is None else tf.nest.map_structure(_head, y),
+            _head(kwargs.get("sample_weight"))), args, kwargs
+  raise _NoBatch(f"fit was given a {type(x).__name__}, from which tf_dp "
+                 f"cannot read a first batch without consuming it")
+
+
+def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
+  """At least ``rows`` examples of positive weight (all a batch holds
+  without weights) from the first batches of ``dataset`` (at most
+  ``batches``), as ``(x, y, sample_weight)``; None for an empty dataset.
+
+  A Poisson lot is padded with rows of weight 0 (copies of one example):
+  a check on a small first lot's padding compares examples that are equal
+  and whose gradients are zero whatever the model does, and proves
+  nothing. A Poisson or fixed-size dataset draws fresh lots when iterated,
+  so reading a few here changes none of the lots ``fit`` trains on.
+
+  Raises:
+    _NoBatch: if those batches hold fewer than 2 such examples (unless the
+      whole dataset is batches of one row, which cannot mix examples, or
+      holds no example of positive weight).
+  """
+  parts, first, widest = [], None, 0
+  for batch in dataset.take(batches):
+    batch = keras_backend.unpack_x_y_sample_weight(batch)
+    if batch[2] is None:
+      return batch
+    first = batch if first is None else first
+    widest = max(widest, int(per_example.batch_size(batch[0])))
+    parts.append(_positive_weight_rows(batch))
+    if sum(int(per_example.batch_size(p[0])) for p in parts) >= rows:
+      break
+  if not parts:
+    return None
+  joined = tuple(None if part is None else tf.nest.map_structure(
+      lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
+  positive = int(per_example.batch_size(joined[0]))
+  if positive < 2:
+    if len(parts) < batches and (widest < 2 or positive == 0):
+      # The whole dataset is batches of one row (none can mix examples) or
+      # holds no example of positive weight (every gradient is 0: its lots
+      # release noise only).
+      return first
+    raise _NoBatch(f"its first {len(parts)} batch(es) hold fewer than 2 "
+                   f"examples of positive weight")
+  return joined
+
+
+def _positive_weight_rows(batch):
+  """The rows of ``(x, y, sample_weight)`` whose weight is positive."""
+  weight = tf.reshape(tf.cast(batch[2], tf.float32),
+                      [per_example.batch_size(batch[2]), -1])[:, 0]
+  keep = tf.where(weight > 0)[:, 0]
+
+  def gather(t):
+    if isinstance(t, tf.SparseTensor):
+      return tf.sparse.from_dense(tf.gather(tf.sparse.to_dense(t), keep))
+    return tf.gather(t, keep)
+
+  return tuple(None if part is None else tf.nest.map_structure(gather, part)
+               for part in batch)
+
+
+def _concat_rows(parts):
+  if isinstance(parts[0], tf.SparseTensor):
+    return tf.sparse.concat(0, list(parts), expand_nonconcat_dims=True)
+  return tf.concat(list(parts), 0)
+
+
+def _prepended(first, rest):
+  """A generator of ``first``, then of what ``rest`` yields (Keras takes
+  generators, not other iterators)."""
+  yield first
+  yield from rest
+
+
+def _unpacked_head(keras_backend, batch):
+  """A few examples of one batch of a generator or a PyDataset."""
+  x, y, sample_weight = keras_backend.unpack_x_y_sample_weight(
+      tuple(batch) if isinstance(batch, list) else batch)
+  head = lambda s: None if s is None else tf.nest.map_structure(_head, s)
+  return head(x), head(y), head(sample_weight)
+
+
+def _head(t, count=8):
+  """The first ``count`` examples of ``t`` (dense, ragged or sparse)."""
+  if t is None:
+    return None
+  if isinstance(t, tf.SparseTensor):
+    size = tf.minimum(t.dense_shape[0], count)
+    return tf.sparse.slice(t, tf.zeros_like(t.dense_shape), tf.concat(
+        [[size], t.dense_shape[1:]], 0))
+  return t[:count]
+
+
+def for_fit(model, args, kwargs):
+  """``peek``, when the model needs a batch (to be built, or
+  for the self-check); an input it cannot read refuses ``fit`` when the
+  self-check is to run, with the reason and the fixes."""
+  needs_check = (model._tf_dp_self_check  # pylint: disable=protected-access
+                 and not getattr(model, "_tf_dp_checked", False))
+  if not needs_check and model.built and model.trainable_variables:
+    return None, args, kwargs
+  try:
+    return peek(model, args, kwargs)
+  except (_NoBatch, TypeError, ValueError, tf.errors.OpError) as e:
+    if not needs_check:
+      return None, args, kwargs
+    raise PrivacyError(
+        f"tf_dp's privacy self-check could not read the first batch of "
+        f"fit's input ({e}), and fit does not train without it: a layer "
+        f"that mixes examples would break the privacy guarantee unseen. "
+        f"Give fit arrays, a tf.data.Dataset, a generator or a "
+        f"keras.utils.PyDataset; or run tf_dp.keras.check_privacy(model, "
+        f"x, y) on a batch yourself and convert the model with "
+        f"make_private(model, self_check=False).") from e

@@ -1,0 +1,350 @@
+"""``fit``'s input against the sampling its ``DPOptimizer`` declares.
+
+Checked before any step: that a sampler's lots are what the ledger will
+record (``check_sampling_of_fit_input``), that shuffled lots of several
+batches stay within one pass over arrays (``check_lots_within_passes``),
+and how many examples a ``fit`` on arrays trains on (its population size).
+"""
+
+import hashlib
+import inspect
+import math
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from tf_dp.data import lots as data_lots
+from tf_dp.errors import PrivacyError
+from tf_dp.errors import SamplingMismatchError
+from tf_dp.sampling import Sampling
+
+
+def strategy_workers(model):
+  """The hosts (chief and workers) ``model``'s distribution strategy spans;
+  1 without a multi-worker strategy."""
+  strategy = getattr(model, "distribute_strategy", None)
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None:
+    return 1
+  spec = resolver.cluster_spec().as_dict()
+  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
+
+
+def keras_arguments(model, method, args, kwargs):
+  """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
+  as Keras's own ``method`` reads them (a subclass may override it with
+  ``*args, **kwargs``); {} if they do not bind (Keras then raises)."""
+  keras_method = getattr(type(model), method)
+  for cls in type(model).__mro__:
+    if method in vars(cls) and cls.__module__.startswith(("keras", "tf_keras")):
+      keras_method = vars(cls)[method]
+      break
+  try:
+    return inspect.signature(keras_method).bind_partial(
+        model, *args, **kwargs).arguments
+  except TypeError:
+    return {}
+
+
+def checked_arguments(model, method, args, kwargs):
+  """The arguments of ``model.<method>(*args, **kwargs)`` by name, after
+  ``check_sampling_of_fit_input`` passed their ``x`` (``method``: ``"fit"``
+  or ``"train_on_batch"``; ``model.optimizer`` is a DP optimizer)."""
+  bound = keras_arguments(model, method, args, kwargs)
+  engine = model.optimizer.dp_engine
+  check_sampling_of_fit_input(engine.config, bound.get("x"),
+                              engine.recorded_population_size(), call=method,
+                              workers=strategy_workers(model))
+  return bound
+
+
+def training_examples(bound):
+  """How many examples a ``fit`` call trains on, or None.
+
+  Known for arrays and tensors (and nests of them): their length, less the
+  part ``validation_split`` holds out (Keras trains on the first
+  ``floor(n * (1 - validation_split))``). None for datasets, generators and
+  anything else of unknown length.
+
+  Args:
+    bound: ``fit``'s arguments by name (``keras_arguments``).
+  """
+  x = bound.get("x")
+  leaves = tf.nest.flatten(x) if x is not None else []
+  if not leaves or isinstance(leaves[0], tf.data.Dataset):
+    return None
+  shape = getattr(leaves[0], "shape", None)
+  if shape is None or len(shape) == 0 or shape[0] is None:
+    return None
+  n = int(shape[0])
+  split = bound.get("validation_split") or 0.0
+  if split and bound.get("validation_data") is None:
+    n = int(math.floor(n * (1.0 - split)))
+  return n if n >= 1 else None
+
+
+def expected_lot_examples(bound, examples, batches_per_lot):
+  """The most examples a lot of ``fit``'s arrays holds (``batches_per_lot``
+  batches of ``batch_size``, Keras's default 32, within one pass over the
+  ``examples``), or None when the input is not arrays."""
+  if examples is None:
+    return None
+  return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
+
+
+def check_lots_within_passes(config, bound, examples):
+  """Refuses a ``fit`` on arrays whose shuffled lots of several batches
+  could straddle two passes over the arrays.
+
+  A shuffled lot of ``k = gradient_accumulation_steps`` batches is
+  recorded as one sample of ``k * batch_size`` distinct examples. With
+  ``steps_per_epoch``, Keras 2 draws the batches of every epoch from one
+  iterator over reshuffled passes, so a lot that starts less than ``k``
+  batches before the end of a pass ends in the next one, and may hold an
+  example twice (a 2C contribution to one lot). Lots start at a pass's
+  first batch exactly when the batches of one pass are a multiple of k.
+  Keras 3 ends an epoch at the end of a pass; the rule is the same for
+  both flavours. Without ``steps_per_epoch`` an epoch is one pass, and
+  ``LotBoundaryGuard`` requires its steps to be a multiple of k.
+
+  Privacy contract: called by ``fit`` before any step.
+
+  Raises:
+    SamplingMismatchError: naming the batches per pass, k and the fixes.
+  """
+  k = config.gradient_accumulation_steps
+  if (k == 1 or config.sampling != Sampling.SHUFFLED or examples is None
+      or not bound.get("steps_per_epoch")):
+    return
+  batch_size = bound.get("batch_size") or 32
+  per_pass = -(-examples // batch_size)
+  if per_pass % k:
+    raise SamplingMismatchError(
+        f"fit on {examples} examples in batches of {batch_size} makes "
+        f"{per_pass} batches per pass over the arrays, not a multiple of "
+        f"gradient_accumulation_steps={k}: with steps_per_epoch="
+        f"{bound.get('steps_per_epoch')} a lot of {k} shuffled batches would "
+        f"take batches from two passes and could hold an example twice, "
+        f"which its ledger sample does not account for. Choose batch_size "
+        f"so that the batches per pass are a multiple of {k}, or leave "
+        f"steps_per_epoch out.")
+
+
+# The samplers whose datasets hold the lots each declared sampling promises.
+def check_correlated_noise_fit(engine, bound, examples):
+  """With ``noise_strategy``: refuses a ``fit`` whose participation the
+  strategy does not cover, and declares its passes to the ledger.
+
+  Privacy contract: a correlated-noise run is accounted from the passes
+  and the fewest steps between two participations of one example. They
+  are known only for arrays taken in one fixed order
+  (``fit(..., shuffle=False)``, whole epochs: each example once per pass
+  at the same step of the pass, so ``steps_per_pass`` apart); anything else
+  is refused before any step, and so is a fit that would run more steps
+  than the strategy was built for or more passes than ``max_passes``.
+
+  Raises:
+    PrivacyError: naming what is not covered and the fix.
+  """
+  config = engine.config
+  strategy = config.noise_strategy
+  if strategy is None:
+    return
+  if examples is None:
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) trains on arrays or tensors with "
+        "fit(..., shuffle=False): the order of a dataset or generator, and "
+        "so how far apart one example's participations are, cannot be "
+        "checked. Pass arrays (shuffled once beforehand if you like).")
+  if bound.get("shuffle", True) is not False:
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) needs fit(..., shuffle=False): Keras "
+        "reshuffles arrays every epoch, which can put one example in two "
+        "consecutive steps, where the strategy's sensitivity does not hold. "
+        "Shuffle the arrays once before fit if you like.")
+  if bound.get("steps_per_epoch"):
+    raise PrivacyError(
+        "DPOptimizer(noise_strategy=...) runs whole passes: leave "
+        "steps_per_epoch out.")
+  batch_size = bound.get("batch_size") or 32
+  batches = -(-examples // batch_size)
+  per_lot = config.gradient_accumulation_steps
+  if batches % per_lot:
+    raise PrivacyError(
+        f"With noise_strategy, a pass of {batches} batches must hold whole "
+        f"lots of gradient_accumulation_steps={per_lot} batches.")
+  steps_per_pass = batches // per_lot
+  ledger = engine.ledger.correlated_noise
+  digest = _training_data_digest(bound, examples)
+  ledger.check_steps_per_pass(steps_per_pass, digest)
+  run = int(ledger.steps_run.numpy())
+  epochs = int(bound.get("epochs", 1)) - int(bound.get("initial_epoch", 0))
+  total = run + max(epochs, 0) * steps_per_pass
+  passes = -(-total // steps_per_pass)
+  if total > strategy.steps or passes > config.max_passes:
+    raise PrivacyError(
+        f"This fit would bring the correlated-noise run to {total} steps in "
+        f"{passes} passes of {steps_per_pass} steps, but the strategy was "
+        f"built for {strategy.steps} steps and max_passes="
+        f"{config.max_passes}. Build the strategy for at least {total} steps "
+        f"and DPOptimizer(..., max_passes={passes}), or train fewer epochs.")
+  if passes > 1 and steps_per_pass < strategy.bands:
+    raise PrivacyError(
+        f"A pass of {steps_per_pass} steps is shorter than the strategy's "
+        f"{strategy.bands} bands: one example's participations would share "
+        f"noise rows. Use a strategy with at most {steps_per_pass} bands, or "
+        f"smaller batches.")
+  ledger.set_steps_per_pass(steps_per_pass, digest)
+
+
+def _training_data_digest(bound, examples):
+  """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
+  order: a later fit of the same correlated-noise run must take the same
+  examples in the same order."""
+  digest = hashlib.sha256()
+  for part in ("x", "y", "sample_weight"):
+    for leaf in tf.nest.flatten(bound.get(part)):
+      if leaf is None:
+        continue
+      rows = np.ascontiguousarray(np.asarray(leaf)[:examples])
+      digest.update(f"{part}{rows.dtype}{rows.shape}".encode())
+      digest.update(memoryview(rows).cast("B"))
+  return digest.hexdigest()
+
+
+_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_batches",
+             Sampling.POISSON: "tf_dp.data.poisson_sampled_batches"}
+
+
+def check_sampling_of_fit_input(config, x, recorded_population_size,
+                                call="fit", workers=1):
+  """Refuses a ``fit`` input whose lots are not what ``config.sampling``
+  declares.
+
+  Keras batches arrays, tensors and unmarked datasets or generators as they
+  come (arrays shuffled once per epoch, or in order): that is
+  ``sampling="shuffled"``. ``"fixed_size"`` and ``"poisson"`` declare lots
+  drawn as the accountant assumes (independent uniform subsets; independent
+  inclusions with probability q): only a dataset marked with that sampling
+  is trusted to hold them (the datasets of ``tf_dp.data``'s samplers, or
+  one marked with ``tf_dp.data.declare_sampling``). Its q (Poisson), its
+  batches per lot and, when the mark records one, its n must be the
+  optimizer's. Otherwise the ledger would record lots that were never
+  drawn, and the epsilon computed from it would not be a guarantee (a
+  Poisson lot of ``gradient_accumulation_steps`` independent draws, for
+  one, may hold an example several times). A marked dataset under another
+  sampling is refused as well: its padded lots are not shuffled batches.
+  Custom loops (``DPOptimizer.private_step``) and Estimator input
+  functions are not checked here: their lots are the caller's
+  responsibility.
+
+  ``train_on_batch`` is checked the same way: its one batch carries no
+  mark, so it trains only under ``"shuffled"``. A sampler's dataset built
+  with a fixed ``seed`` trains with a warning: every dataset built with that
+  seed draws the same lots.
+
+  Privacy contract: called by ``fit`` and ``train_on_batch`` before any
+  step, so a refused call changes no weight and writes nothing to the
+  ledger.
+
+  Args:
+    config: The ``DPConfig`` of the model's ``DPOptimizer``.
+    x: The ``x`` given to ``fit`` (the batch of ``train_on_batch``).
+    recorded_population_size: The n the ledger will record with the lots
+      (``DPEngine.recorded_population_size``).
+    call: ``"fit"`` or ``"train_on_batch"``, for the messages.
+    workers: Hosts the model's distribution strategy spans
+      (``strategy_workers``). Over several, each worker iterates its own copy
+      of a sampler's dataset and Keras shards it by batches, so a global
+      step joins batches of different draws: Poisson and fixed-size lots are
+      refused there.
+
+  Raises:
+    SamplingMismatchError: naming what the optimizer declares, what was
+      given and the fix.
+  """
+  declared = (data_lots.declared_sampling(x)
+              if isinstance(x, tf.data.Dataset) else None)
+  sampling = config.sampling
+  if sampling in _SAMPLERS and workers > 1:
+    raise SamplingMismatchError(
+        f"DPOptimizer(sampling={sampling!r}) cannot train over {workers} "
+        f"workers: each worker iterates its own copy of the dataset and "
+        f"Keras shards it by batches, so a global step would join batches "
+        f"of different draws (an example could be in a lot twice) while the "
+        f"ledger records one {sampling} lot. Train {sampling} lots on one "
+        f"host (MirroredStrategy over its devices), or use "
+        f"sampling=\"shuffled\" with a dataset of global batches.")
+  if declared is None:
+    if sampling not in _SAMPLERS:
+      return
+    if call != "fit":
+      given = (f"one batch ({call} takes one batch, which carries no "
+               f"sampling mark; use fit on the sampler's dataset, or "
+               f"DPOptimizer.private_step in a custom loop over its lots)")
+    elif isinstance(x, tf.data.Dataset):
+      given = ("a tf.data.Dataset without a sampling mark (a dataset built "
+               "by hand, or derived from a sampler's with .map, .batch, "
+               ".prefetch, ...: a derived dataset carries no mark)")
+    elif isinstance(x, (list, tuple, dict)) or hasattr(x, "shape"):
+      given = ("arrays or tensors, which Keras batches itself (shuffled "
+               "once per epoch, or in order)")
+    else:
+      given = (f"a {type(x).__name__}, which carries no sampling mark "
+               f"(only a tf.data.Dataset can)")
+    raise SamplingMismatchError(
+        f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
+        f"{_SAMPLERS[sampling]}, but {call} was given {given}: the privacy "
+        f"ledger would record {sampling} lots that were never drawn, and "
+        f"its epsilon would not hold. Fix it in one of three ways: (1) pass "
+        f"fit the dataset of {_SAMPLERS[sampling]}(x, y, ...) unchanged; "
+        f"(2) if your own sampler draws such lots, mark its dataset with "
+        f"tf_dp.data.declare_sampling(dataset, {sampling!r}, ...); or (3) "
+        f"to train on arrays, use DPOptimizer(..., sampling=\"shuffled\") "
+        f"(each example once per epoch; accounted as fixed-size sampling, "
+        f"with a warning).")
+  what = f"sampling={declared.sampling!r}"
+  if declared.sampling_probability is not None:
+    what += f", sampling_probability={declared.sampling_probability!r}"
+  if declared.sampling != sampling:
+    raise SamplingMismatchError(
+        f"fit was given a dataset whose lots are marked as drawn with "
+        f"{what}, but DPOptimizer declares sampling={sampling!r}: the "
+        f"ledger would record the lots as {sampling} lots (of their padded "
+        f"size), and its epsilon would not hold. Build the DPOptimizer "
+        f"with {what}, or train on lots drawn as it declares.")
+  if sampling == Sampling.POISSON and not math.isclose(
+      declared.sampling_probability, config.sampling_probability,
+      rel_tol=1e-12):
+    raise SamplingMismatchError(
+        f"fit was given Poisson lots drawn with sampling_probability="
+        f"{declared.sampling_probability!r}, but DPOptimizer declares "
+        f"sampling_probability={config.sampling_probability!r}: the ledger "
+        f"would record the wrong q. Pass the same sampling_probability to "
+        f"the sampler and to DPOptimizer.")
+  if declared.batches_per_lot != config.gradient_accumulation_steps:
+    raise SamplingMismatchError(
+        f"fit was given {sampling} lots of batches_per_lot="
+        f"{declared.batches_per_lot} batches, but DPOptimizer("
+        f"gradient_accumulation_steps={config.gradient_accumulation_steps})"
+        f" noises every {config.gradient_accumulation_steps} batches "
+        f"together: its lots would not be the lots drawn (an example could "
+        f"be in one several times), and the ledger's epsilon would not "
+        f"hold. Draw the lots with batches_per_lot="
+        f"{config.gradient_accumulation_steps}, or set "
+        f"gradient_accumulation_steps={declared.batches_per_lot}.")
+  if declared.population_size not in (None, recorded_population_size):
+    raise SamplingMismatchError(
+        f"fit was given {sampling} lots drawn from n = "
+        f"{declared.population_size} examples, but the DPOptimizer's ledger "
+        f"records population_size={recorded_population_size}: it would "
+        f"account the lots with the wrong n. Pass population_size="
+        f"{declared.population_size} (and give its ledger that n).")
+  if declared.seed is not None:
+    warnings.warn(
+        f"fit trains on lots drawn with seed={declared.seed}: every dataset "
+        f"built with that seed draws the same lots (in another fit, or "
+        f"another process), and the ledger counts each as a fresh draw. "
+        f"Leave seed out (fresh OS entropy) outside tests.", UserWarning,
+        stacklevel=4)  # the caller of fit
