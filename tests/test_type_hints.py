@@ -1,7 +1,8 @@
 """The public API of the accounting, the mechanisms, the DP step, the
 samplers and the ledger is typed: every public function and method has a
-hint for each argument and its return value. ``mypy`` (``mypy.ini``, run by
-``scripts/test.sh``) checks that the hints hold."""
+hint for each argument and its return value; so are the names the Keras
+front end exports (``tf_dp/keras/__init__.py``). ``mypy`` (``mypy.ini``, run
+by ``scripts/test.sh``) checks that the hints hold."""
 
 import ast
 import pathlib
@@ -10,6 +11,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TYPED = ("tf_dp/analysis", "tf_dp/core", "tf_dp/data", "tf_dp/dp_query",
          "tf_dp/privacy_ledger.py", "tf_dp/correlated_noise_ledger.py",
          "tf_dp/sampling.py", "tf_dp/errors.py")
+# Packages typed at the names their ``__init__.py`` imports.
+TYPED_EXPORTS = ("tf_dp/keras/__init__.py",)
 
 
 def _public_functions(tree):
@@ -21,27 +24,56 @@ def _public_functions(tree):
     if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
       for item in node.body:
         if isinstance(item, ast.FunctionDef) and (
-            not item.name.startswith("_") or item.name == "__init__"):
+            not item.name.startswith("_")
+            or item.name in ("__init__", "__new__")):
           yield f"{node.name}.{item.name}", item
 
 
+def _missing_hints(fn):
+  args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+  missing = [a.arg for a in args
+             if a.annotation is None and a.arg not in ("self", "cls")]
+  missing += [f"*{a.arg}" for a in (fn.args.vararg, fn.args.kwarg)
+              if a is not None and a.annotation is None]
+  if fn.returns is None:
+    missing.append("return")
+  return missing
+
+
+def _exported(root, init):
+  """``(file, tree, names)`` for each module that ``init`` (a package's
+  ``__init__.py``) imports public names from."""
+  by_module = {}
+  for node in ast.parse((root / init).read_text()).body:
+    if isinstance(node, ast.ImportFrom) and node.module:
+      names = {a.asname or a.name for a in node.names}
+      by_module.setdefault(node.module, set()).update(
+          n for n in names if not n.startswith("_"))
+  for module, names in sorted(by_module.items()):
+    file = root / (module.replace(".", "/") + ".py")
+    if names and file.is_file():
+      yield file, ast.parse(file.read_text(), str(file)), names
+
+
 def unannotated(root):
-  """``[(path, function, what is missing)]`` under the TYPED paths."""
-  found = []
+  """``[(path, function, what is missing)]`` under the TYPED paths and for
+  the names TYPED_EXPORTS export."""
+  modules = []
   for typed in TYPED:
     path = root / typed
     for file in sorted([path] if path.is_file() else path.rglob("*.py")):
-      tree = ast.parse(file.read_text(), str(file))
-      for name, fn in _public_functions(tree):
-        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-        missing = [a.arg for a in args
-                   if a.annotation is None and a.arg not in ("self", "cls")]
-        missing += [f"*{a.arg}" for a in (fn.args.vararg, fn.args.kwarg)
-                    if a is not None and a.annotation is None]
-        if fn.returns is None:
-          missing.append("return")
-        if missing:
-          found.append((str(file.relative_to(root)), name, missing))
+      modules.append((file, ast.parse(file.read_text(), str(file)), None))
+  for init in TYPED_EXPORTS:
+    if (root / init).is_file():
+      modules.extend(_exported(root, init))
+  found = []
+  for file, tree, names in modules:
+    for name, fn in _public_functions(tree):
+      if names is not None and name.split(".")[0] not in names:
+        continue
+      missing = _missing_hints(fn)
+      if missing:
+        found.append((str(file.relative_to(root)), name, missing))
   return found
 
 
@@ -58,3 +90,16 @@ def test_a_missing_hint_is_found(tmp_path):
   assert unannotated(tmp_path) == [
       ("tf_dp/analysis/m.py", "f", ["y"]),
       ("tf_dp/analysis/m.py", "C.g", ["return"])]
+
+
+def test_a_missing_hint_on_an_exported_name_is_found(tmp_path):
+  (tmp_path / "tf_dp" / "keras").mkdir(parents=True)
+  (tmp_path / "tf_dp" / "keras" / "__init__.py").write_text(
+      "from tf_dp.keras.m import f, C\n")
+  (tmp_path / "tf_dp" / "keras" / "m.py").write_text(
+      "def f(x):\n  return x\n"
+      "def unexported(x):\n  return x\n"
+      "class C:\n  def __new__(cls, x: int):\n    return x\n")
+  assert unannotated(tmp_path) == [
+      ("tf_dp/keras/m.py", "f", ["x", "return"]),
+      ("tf_dp/keras/m.py", "C.__new__", ["return"])]

@@ -6,14 +6,16 @@ accountant would compute after training.
 """
 
 import warnings
+from typing import Any, Dict, Iterable, List, Optional
 
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
 from tf_dp.errors import SamplingMismatchError
-from tf_dp.sampling import Sampling
 from tf_dp.keras.backend import callback
+from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.sampling import Sampling
 
 
 class _Callback(callback.Callback):
@@ -140,8 +142,9 @@ class PrivacyBudget(_Callback):
       ``tf_dp.analysis.compute_epsilon_from_ledger``.
   """
 
-  def __init__(self, delta, target_epsilon=None, orders=None,
-               accountant=None):
+  def __init__(self, delta: float, target_epsilon: Optional[float] = None,
+               orders: Optional[Iterable[float]] = None,
+               accountant: Optional[str] = None) -> None:
     super().__init__()
     if not 0 < delta < 1:
       raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
@@ -152,14 +155,15 @@ class PrivacyBudget(_Callback):
     self.orders = None if orders is None else list(orders)
     self.accountant = privacy_lib.resolve_accountant(accountant,
                                                      orders=orders)
-    self.epsilons = []
+    self.epsilons: List[float] = []
     self.exceeded = False
-    self._allowed_lots = None
-    self._max_lot_examples = None
+    self._allowed_lots: Optional[int] = None
+    self._max_lot_examples: Optional[int] = None
     self.train_batch_hooks = target_epsilon is not None
 
   @property
-  def ledger(self):
+  def ledger(self) -> PrivacyLedger:
+    """The ledger of the model's ``tf_dp.DPOptimizer``."""
     ledger = getattr(self.model.optimizer, "ledger", None)
     if ledger is None:
       raise ValueError("PrivacyBudget needs a model compiled with "
@@ -169,7 +173,8 @@ class PrivacyBudget(_Callback):
   def _lots(self):
     return int(self.ledger.sample_count.numpy())
 
-  def epsilon(self):
+  def epsilon(self) -> float:
+    """Epsilon at ``delta`` of every lot in the ledger so far."""
     return ledger_accounting.compute_epsilon_from_ledger(
         self.ledger, self.delta, orders=self.orders,
         accountant=self.accountant)[0]
@@ -219,7 +224,7 @@ class PrivacyBudget(_Callback):
     engine.max_lot_examples.assign(float(
         "inf" if self._max_lot_examples is None else self._max_lot_examples))
 
-  def on_train_begin(self, logs=None):
+  def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
     del logs
     self.ledger  # pylint: disable=pointless-statement
     self._allowed_lots = None
@@ -227,7 +232,8 @@ class PrivacyBudget(_Callback):
     if self.target_epsilon is not None:
       self._limit_lots()
 
-  def on_train_batch_end(self, batch, logs=None):
+  def on_train_batch_end(self, batch: int,
+                         logs: Optional[Dict[str, Any]] = None) -> None:
     del batch, logs
     if self.target_epsilon is None:
       return
@@ -244,7 +250,8 @@ class PrivacyBudget(_Callback):
     if self._allowed_lots is not None and self._lots() >= self._allowed_lots:
       self.model.stop_training = True
 
-  def on_epoch_end(self, epoch, logs=None):
+  def on_epoch_end(self, epoch: int,
+                   logs: Optional[Dict[str, Any]] = None) -> None:
     del epoch
     eps = self.epsilon()
     self.epsilons.append(eps)

@@ -2,6 +2,8 @@
 layers are GroupNormalization, which normalises each example with its own
 statistics (and trains on tf_dp's fast path)."""
 
+from typing import Any, Optional
+
 from tf_dp.keras import backend
 
 
@@ -15,7 +17,8 @@ def _groups(channels, groups):
   return max(g for g in range(1, min(32, channels) + 1) if channels % g == 0)
 
 
-def with_group_normalization(model, groups=None):
+def with_group_normalization(model: Any,
+                             groups: Optional[int] = None) -> Any:
   """A clone of ``model`` with every BatchNormalization (and subclass) as a
   ``GroupNormalization``; the other layers' weights are copied.
 
@@ -68,9 +71,8 @@ def with_group_normalization(model, groups=None):
   clone = keras_backend.clone_model(model, clone_function, replaced)
   for original, new in clones:
     if id(new) in replaced:
-      new.set_weights([w.numpy() for w, kept in (
-          (getattr(original, "gamma", None), original.scale),
-          (getattr(original, "beta", None), original.center)) if kept])
+      new.set_weights([getattr(original, name).numpy() for name, kept in (
+          ("gamma", original.scale), ("beta", original.center)) if kept])
     elif original.weights:
       new.set_weights(original.get_weights())
   return clone

@@ -14,9 +14,13 @@ Usage (two extra lines against non-private training)::
       model.optimizer.ledger, delta=1e-5)
 """
 
+from typing import Any, Optional, Union
+
 from tf_dp.core import config as config_lib
+from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.keras import backend
 from tf_dp.keras.backend import dp_classes
+from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.sampling import Sampling
 # Re-exported: the names every flavour's DP optimizer shares.
 from tf_dp.keras.optimizer_base import DPOptimizerMixin  # pylint: disable=unused-import
@@ -133,14 +137,20 @@ class DPOptimizer(metaclass=_DPOptimizerType):
     ValueError: on invalid arguments, naming the argument.
   """
 
-  def __new__(cls, optimizer, l2_norm_clip=None, noise_multiplier=None,
-              num_microbatches=None, gradient_accumulation_steps=1,
-              dp_query=None, ledger=None, population_size=None,
-              sampling=Sampling.SHUFFLED, sampling_probability=None,
-              clipping="flat", noise_allocation="proportional",
-              max_lots=100000, per_example_method="auto",
-              metrics_noise_stddev=None, secure_mode=False,
-              noise_strategy=None, max_passes=1, name=None):
+  def __new__(cls, optimizer: Any, l2_norm_clip: Optional[float] = None,
+              noise_multiplier: Optional[float] = None,
+              num_microbatches: Optional[int] = None,
+              gradient_accumulation_steps: int = 1,
+              dp_query: Optional[DPQuery] = None,
+              ledger: Optional[PrivacyLedger] = None,
+              population_size: Optional[int] = None,
+              sampling: Union[Sampling, str] = Sampling.SHUFFLED,
+              sampling_probability: Optional[float] = None,
+              clipping: str = "flat", noise_allocation: str = "proportional",
+              max_lots: int = 100000, per_example_method: str = "auto",
+              metrics_noise_stddev: Optional[float] = None,
+              secure_mode: bool = False, noise_strategy: Any = None,
+              max_passes: int = 1, name: Optional[str] = None) -> Any:
     del cls  # Returns the optimizer of the wrapped optimizer's flavour.
     inner = _resolve_inner(optimizer)
     cfg = config_lib.DPConfig(
@@ -148,7 +158,8 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         num_microbatches=num_microbatches,
         gradient_accumulation_steps=gradient_accumulation_steps,
         dp_query=dp_query, ledger=ledger, population_size=population_size,
-        sampling=sampling, sampling_probability=sampling_probability,
+        sampling=Sampling.check("sampling", sampling),
+        sampling_probability=sampling_probability,
         clipping=clipping, noise_allocation=noise_allocation,
         max_lots=max_lots, per_example_method=per_example_method,
         metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode,

@@ -21,6 +21,8 @@ Afterwards the model's non-trainable variables and random states are as
 they were. It releases nothing: it only raises or returns.
 """
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import random_seed  # pylint: disable=g-direct-tensorflow-import
@@ -224,7 +226,8 @@ def _check_fast_path(model, loss_fn, x, y, w, jac, repeat):
             f"DPOptimizer(..., per_example_method='vectorized').")
 
 
-def check_privacy(model, x, y, sample_weight=None, num_examples=4):
+def check_privacy(model: Any, x: Any, y: Any, sample_weight: Any = None,
+                  num_examples: int = 4) -> None:
   """Verifies on a few examples that ``model`` trains privately with tf_dp.
 
   Privacy contract: checks that (1) each example's gradient, computed from

@@ -10,6 +10,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 """
 
 import types
+from typing import Any
 
 from absl import logging
 import tensorflow as tf
@@ -162,7 +163,7 @@ def _dp_fit(self, *args, **kwargs):
       engine.forget_inferred_population_size()
 
 
-def make_private(model, self_check=True):
+def make_private(model: Any, self_check: bool = True) -> Any:
   """Converts a Keras model in place so that ``fit`` trains with DP-SGD.
 
   Works for Sequential, Functional and subclassed models on Keras 3 and
@@ -211,6 +212,6 @@ def make_private(model, self_check=True):
   return model
 
 
-def is_private(model):
+def is_private(model: Any) -> bool:
   """Whether ``model`` was converted by ``make_private``."""
   return dp_step.converted_backend(model) is not None

@@ -1,9 +1,11 @@
 """``DPBatchNormalization`` for Keras 2 (tf-keras, or tf.keras on TF 2.15)."""
 
+from typing import Any
+
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras.backend import keras2
 
-_keras = keras2.module()
+_keras: Any = keras2.module()
 
 
 class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,

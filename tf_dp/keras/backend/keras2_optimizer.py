@@ -1,5 +1,7 @@
 """``DPOptimizer`` for Keras 2 (``tf_keras``, or ``tf.keras`` on TF 2.15)."""
 
+from typing import Any
+
 import tensorflow as tf
 
 from tf_dp.keras import dp_engine
@@ -7,7 +9,7 @@ from tf_dp.keras import optimizer_base
 from tf_dp.keras import optimizer_state
 from tf_dp.keras.backend import keras2
 
-_keras = keras2.module()
+_keras: Any = keras2.module()
 
 
 class _CallableList(list):

@@ -27,6 +27,7 @@ ordinary training step.
 """
 
 import weakref
+from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 
@@ -40,7 +41,8 @@ from tf_dp.keras.fast import taps as taps_lib
 
 FastPathUnavailable = linear.FastPathUnavailable
 # model -> {tapped layer ids: _rows_not_by_example's answer}.
-_ROWS_CHECKED = weakref.WeakKeyDictionary()
+_ROWS_CHECKED: "weakref.WeakKeyDictionary[Any, Dict[Any, Any]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def _is_model(layer):
@@ -127,7 +129,7 @@ def fast_path_unavailable_reason(model, query):
   return None
 
 
-def clipping_plan(model):
+def clipping_plan(model: Any) -> List[Tuple[str, str, str]]:
   """How the fast path computes each layer's per-record norms.
 
   Args:

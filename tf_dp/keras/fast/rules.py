@@ -46,6 +46,7 @@ times); KerasHub's PositionEmbedding and RMSNormalization layers once
 """
 
 import sys
+from typing import Any, Dict, Set
 
 import tensorflow as tf
 
@@ -55,8 +56,8 @@ from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import linear
 
-_RULES = {}
-_COMPOSITES = set()
+_RULES: Dict[type, Any] = {}
+_COMPOSITES: Set[type] = set()
 _BUILTINS_REGISTERED = False
 _KERAS_HUB_REGISTERED = False
 
