@@ -11,13 +11,11 @@ RDP also the Renyi order that achieved it). The library function is
 
 import math
 
-from absl import app
 from absl import flags
 
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy
-from tf_dp.sampling import ACCOUNTED
-from tf_dp.sampling import Sampling
+from tf_dp.cli import run_flags
 
 
 def main(argv):
@@ -43,25 +41,16 @@ def main(argv):
 
 
 def define_flags():
-  flags.DEFINE_integer("n", 60000, "Number of training examples.")
-  flags.DEFINE_integer("batch_size", 256, "Batch (lot) size.")
+  """This tool's flags besides ``run_flags``'."""
   flags.DEFINE_float("noise_multiplier", 1.1, "Noise stddev / clip norm.")
-  flags.DEFINE_float("epochs", 60, "Number of epochs (may be fractional).")
-  flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", Sampling.POISSON.value,
-                    [s.value for s in ACCOUNTED],
-                    "How batches are drawn: poisson or fixed_size.")
-  flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
-                    "pld (default) or rdp.")
   flags.DEFINE_enum("conversion", None, list(conversion_lib.CONVERSIONS),
                     "RDP only: RDP to (eps, delta) conversion (tight if not "
                     "given); giving it selects the RDP accountant.")
 
 
 def run():
-  """The console script: defines the flags and runs ``main``."""
-  define_flags()
-  app.run(main)
+  """The console script."""
+  run_flags.run(define_flags, main)
 
 
 if __name__ == "__main__":

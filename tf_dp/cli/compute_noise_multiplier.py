@@ -9,13 +9,11 @@ is ``tf_dp.analysis.compute_noise_multiplier``.
 
 import math
 
-from absl import app
 from absl import flags
 
 from tf_dp.analysis import calibration
 from tf_dp.analysis import dp_sgd_privacy
-from tf_dp.sampling import ACCOUNTED
-from tf_dp.sampling import Sampling
+from tf_dp.cli import run_flags
 
 
 def main(argv):
@@ -35,22 +33,13 @@ def main(argv):
 
 
 def define_flags():
-  flags.DEFINE_integer("n", 60000, "Number of training examples.")
-  flags.DEFINE_integer("batch_size", 256, "Batch (lot) size.")
+  """This tool's flags besides ``run_flags``'."""
   flags.DEFINE_float("target_epsilon", 3.0, "Target epsilon.")
-  flags.DEFINE_float("epochs", 60, "Number of epochs.")
-  flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_enum("sampling", Sampling.POISSON.value,
-                    [s.value for s in ACCOUNTED],
-                    "How batches are drawn: poisson or fixed_size.")
-  flags.DEFINE_enum("accountant", None, list(dp_sgd_privacy.ACCOUNTANTS),
-                    "pld (default) or rdp.")
 
 
 def run():
-  """The console script: defines the flags and runs ``main``."""
-  define_flags()
-  app.run(main)
+  """The console script."""
+  run_flags.run(define_flags, main)
 
 
 if __name__ == "__main__":
