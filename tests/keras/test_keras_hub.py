@@ -1,10 +1,11 @@
-"""KerasHub transformers train privately on the fast path: BERT with a
-classification head, GPT-2 and Gemma with a causal-LM head on the tied
+"""KerasHub transformers train privately on the fast path: BERT and ViT with
+a classification head, GPT-2 and Gemma with a causal-LM head on the tied
 token embedding (labels and padding mask per token), with and without
 ``backbone.enable_lora(4)``.
 
 Tiny random-init configs (presets need downloads): 2 layers, hidden 16,
-sequence 8, vocabulary 50, batch 4, no dropout. Each case: the clipping plan
+sequence 8, vocabulary 50 (ViT: 8x8x3 images in 2x2 patches, a class
+token), batch 4, no dropout. Each case: the clipping plan
 has no per-layer fallback, and one noiseless fast step equals a loop over
 examples (``tests/keras/fast/loop_reference.py``; tolerance 1e-5, clip 0.5
 against gradient norms ~1-10, so a wrong norm or a missing use of the
@@ -20,7 +21,7 @@ from tf_dp.keras import backend  # pylint: disable=g-import-not-at-top
 from tests.keras.fast import loop_reference  # pylint: disable=g-import-not-at-top
 
 K3 = backend.keras3_module()
-VOCAB, SEQ, BATCH = 50, 8, 4
+VOCAB, SEQ, BATCH, IMAGE = 50, 8, 4, 8
 FALLBACK = "local vectorized_map"
 
 
@@ -47,10 +48,21 @@ def _gemma():
   return backbone, keras_hub.models.GemmaCausalLM(backbone, preprocessor=None)
 
 
-MODELS = {"bert": _bert, "gpt2": _gpt2, "gemma": _gemma}
+def _vit():
+  backbone = keras_hub.models.ViTBackbone(
+      image_shape=(IMAGE, IMAGE, 3), patch_size=2, num_layers=2, num_heads=2,
+      hidden_dim=16, mlp_dim=32)
+  return backbone, keras_hub.models.ViTImageClassifier(backbone,
+                                                       num_classes=3)
+
+
+MODELS = {"bert": _bert, "gpt2": _gpt2, "gemma": _gemma, "vit": _vit}
 
 
 def _batch(name, rng):
+  if name == "vit":
+    x = rng.normal(size=(BATCH, IMAGE, IMAGE, 3)).astype("float32")
+    return x, rng.integers(0, 3, size=BATCH).astype("int32"), None
   tokens = rng.integers(1, VOCAB, size=(BATCH, SEQ)).astype("int32")
   lengths = np.array([SEQ, SEQ - 2, SEQ - 3, 5])
   mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype("int32")
@@ -139,6 +151,36 @@ def test_one_changed_sequence_moves_the_clipped_sum_by_at_most_2c(name):
   sums = [clipped_sum.clipped_batch_sum(model, loss_fn, a, b, tf.constant(w),
                                         query, params)[0]
           for a, b, w in ((x, y, weights), (x2, y2, weights2))]
+  moved = np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64)
+                                       - np.asarray(b, np.float64)))
+                      for a, b in zip(*(tf.nest.flatten(s) for s in sums))))
+  assert 0 < moved <= 2 * clip * (1 + 1e-5), moved
+
+
+def test_one_changed_image_moves_the_vit_clipped_sum_by_at_most_2c():
+  """Full fine-tuning of ViT: the class token, the patch convolution and the
+  position table (``ViTPatchingAndEmbeddingRule``) and every other layer;
+  one image replaced by a huge one (pixels x 1e6) moves the clipped sum by
+  at most 2C (relative 1e-5: float32 sums)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
+  K3.utils.set_random_seed(4)
+  _, model = _vit()
+  model.compile(loss=K3.losses.SparseCategoricalCrossentropy(from_logits=True))
+  rng = np.random.default_rng(5)
+  x, y, _ = _batch("vit", rng)
+  x2, y2 = x.copy(), y.copy()
+  x2[1] = 1e6 * rng.normal(size=x2[1].shape)
+  y2[1] = (y[1] + 1) % 3
+  clip = 0.1
+  query = GaussianSumQuery(clip, 0.0)
+  params = query.derive_sample_params(query.initial_global_state())
+  loss_fn = losses_lib.per_example_loss_fn(model)
+  sums = [clipped_sum.clipped_batch_sum(model, loss_fn, a, b, None, query,
+                                        params)[0]
+          for a, b in ((x, y), (x2, y2))]
   moved = np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64)
                                        - np.asarray(b, np.float64)))
                       for a, b in zip(*(tf.nest.flatten(s) for s in sums))))

@@ -106,7 +106,7 @@ def trainable_units(model):
     else:
       units.append(layer)
 
-  for layer in model.layers:
+  for layer in _sublayers(model):
     visit(layer)
   return units
 
@@ -129,6 +129,22 @@ def fast_path_unavailable_reason(model, query):
   return None
 
 
+def _covered_by_units(model):
+  """``{layer id: unit}`` for the layers inside each tapped unit (not the
+  units themselves): their variables are the unit's rule's."""
+  covered = {}
+
+  def visit(layer, unit):
+    for sub in _sublayers(layer):
+      if id(sub) not in covered:
+        covered[id(sub)] = unit
+        visit(sub, unit)
+
+  for unit in trainable_units(model):
+    visit(unit, unit)
+  return covered
+
+
 def clipping_plan(model: Any) -> List[Tuple[str, str, str]]:
   """How the fast path computes each layer's per-record norms.
 
@@ -139,8 +155,10 @@ def clipping_plan(model: Any) -> List[Tuple[str, str, str]]:
     ``[(layer name, class name, path)]`` for every layer inside ``model``,
     where path is ``"fast rule (<Rule>)"``, ``"composite: its sublayers
     are tapped"``, ``"local vectorized_map (per-layer fallback)"`` (exact,
-    slower; refused for Keras 3 EinsumDense-like layers on TF >= 2.16) or
-    ``"no trainable variables"``. Training logs it at the first step.
+    slower; refused for Keras 3 EinsumDense-like layers on TF >= 2.16),
+    ``"inside '<layer>': covered by its path"`` (a sublayer of a layer that
+    has a rule or the fallback) or ``"no trainable variables"``. Training
+    logs it at the first step.
 
   Example:
     >>> for name, cls, path in tf_dp.keras.clipping_plan(model):
@@ -148,11 +166,14 @@ def clipping_plan(model: Any) -> List[Tuple[str, str, str]]:
   """
   plan = []
   trainable = _trainable_ids(model)
+  covered = _covered_by_units(model)
   for layer in model_checks.all_layers(model):
     if _is_model(layer):
       continue
     if not trainable_of(layer, trainable):
       path = "no trainable variables"
+    elif id(layer) in covered:
+      path = f"inside {covered[id(layer)].name!r}: covered by its path"
     elif _tapped_through_sublayers(layer, trainable):
       path = "composite: its sublayers are tapped"
     elif rules_lib.rule_for(layer) is not None:

@@ -41,8 +41,8 @@ Built-in rules (Keras 3 and Keras 2 classes, registered on first use):
 Dense, EinsumDense and Embedding (with or without LoRA), Conv1D/2D/3D,
 DepthwiseConv2D, SeparableConv2D, Conv2DTranspose, LayerNormalization,
 GroupNormalization, ReversibleEmbedding (tied or not, called any number of
-times); KerasHub's PositionEmbedding and RMSNormalization layers once
-``keras_hub`` is imported.
+times); KerasHub's PositionEmbedding, RMSNormalization and ViTPatchingAndEmbedding
+layers once ``keras_hub`` is imported.
 """
 
 import sys
@@ -222,6 +222,7 @@ def _ensure_builtins():
   # pylint: disable=g-import-not-at-top
   from tf_dp.keras.fast import conv_rules
   from tf_dp.keras.fast import norm_rules
+  from tf_dp.keras.fast import patch_rules
   # pylint: enable=g-import-not-at-top
   register = _RULES.__setitem__
   if not _BUILTINS_REGISTERED:
@@ -236,5 +237,5 @@ def _ensure_builtins():
   if (not _KERAS_HUB_REGISTERED and keras_hub is not None
       and hasattr(keras_hub, "layers")):
     _KERAS_HUB_REGISTERED = True
-    for module in (norm_rules, embedding_rules):
+    for module in (norm_rules, embedding_rules, patch_rules):
       module.register_keras_hub(register, keras_hub)
