@@ -10,14 +10,19 @@ Dense, EinsumDense and Embedding.
 2. A model with LoRA on all three kinds of layer (and on the query and
    value projections of MultiHeadAttention, as KerasHub's ``enable_lora``
    does) takes the same step as a per-example loop (``loop_reference``).
+3. A layer with LoRA called twice in one forward pass (a shared layer): the
+   norms are those of the sum of its calls (1. on calls that cancel each
+   other), and a model sharing one equals the loop.
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_dp.dp_query import clipping
 from tf_dp.keras import backend
 from tf_dp.keras.fast import rules as rules_lib
+from tf_dp.keras.fast import taps as taps_lib
 from tests.keras.fast import loop_reference
 from tests.keras.fast import test_linear
 
@@ -144,3 +149,71 @@ def test_lora_model_equals_loop():
   assert len(model.trainable_variables) == 13
   plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
   assert not [n for n, p in plan.items() if "local vectorized_map" in p], plan
+
+
+@pytest.mark.parametrize("name", ["dense", "einsum_query"])
+@pytest.mark.parametrize("magnitude", [1e3, 1e9])
+def test_shared_lora_layer_is_certified_for_the_sum_of_its_calls(
+    name, magnitude):
+  """A layer with LoRA called twice in one forward pass: call 2 undoes call
+  1 (same inputs, output gradients negated plus a small part), so each
+  call's factor gradients are huge and their sum is not. The norms bound
+  the exact float64 norms of the summed factor gradients (1e-6) and
+  removing a record moves the clipped sum by at most C (1 + 1e-4)."""
+  layer, shape, _ = _lora_cases()[name]
+  rng = np.random.default_rng(int(magnitude) % 991 + len(name))
+  x = rng.normal(size=(4,) + shape).astype("float32")
+  x[0] *= magnitude
+  _with_lora(layer, x, rng, magnitude)
+  z = layer(tf.constant(x))
+  g1 = rng.normal(size=z.shape).astype("float32")
+  g2 = (-g1 + rng.normal(size=z.shape)).astype("float32")
+  rule = rules_lib.rule_for(layer)
+  tap = taps_lib.Tap(layer, (tf.constant(x),), {}, None)
+
+  def outputs(drop=None):
+    state = rule.prepare_calls(layer, [tap, tap], [tf.constant(g1),
+                                                   tf.constant(g2)], 4)
+    sq = rule.sq_norms(state)
+    total = tf.add_n(sq)
+    keep = tf.math.is_finite(total)
+    if drop is not None:
+      keep &= tf.range(4) != drop
+    scale = clipping.scale_from_squared_norm(
+        tf.where(keep, total, tf.zeros_like(total)), CLIP)
+    scale = tf.where(keep, scale, tf.zeros_like(scale))
+    sums = rule.clipped_sums(state, [scale] * len(sq), keep)
+    return np.stack([s.numpy() for s in sq], 1), [s.numpy() for s in sums]
+
+  sq, sums = outputs()
+  # Both calls share x, so the summed gradient is that of g1 + g2.
+  exact = _exact_factor_sq_norms(
+      layer, x, g1.astype(np.float64) + g2.astype(np.float64))
+  assert np.all(sq[:, :2] >= exact * (1 - 1e-6)), (sq, exact)
+  for r in range(4):
+    _, without = outputs(drop=r)
+    moved = np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64)
+                                         - np.asarray(b, np.float64)))
+                        for a, b in zip(sums, without)))
+    assert moved <= CLIP * (1 + 1e-4), (r, moved)
+
+
+def test_shared_lora_layer_model_equals_loop():
+  """A Dense with LoRA applied to two inputs (a siamese tower): the step
+  equals a per-example loop (``loop_reference``, 1e-5)."""
+  L = K3.layers
+  left, right = L.Input((5,)), L.Input((5,))
+  shared = L.Dense(6, activation="tanh", name="shared",
+                   kernel_initializer=K3.initializers.GlorotUniform(seed=1))
+  h = L.Concatenate()([shared(left), shared(right)])
+  model = K3.Model([left, right], L.Dense(3, kernel_initializer=(
+      K3.initializers.GlorotUniform(seed=2)))(h))
+  shared.enable_lora(2)
+  rng = np.random.default_rng(3)
+  for v in shared.trainable_variables:
+    if "lora" in v.name:
+      v.assign(0.5 * rng.normal(size=v.shape))
+  x = [rng.normal(size=(6, 5)).astype("float32") for _ in range(2)]
+  y = rng.integers(0, 3, size=6).astype("int32")
+  plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
+  assert "DenseRule" in plan["shared"], plan

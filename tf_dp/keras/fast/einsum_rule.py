@@ -125,24 +125,21 @@ class LoraFactors:
     inp, ker_a, hidden = self.down
     self.h = scale * tf.einsum(f"{inp},{ker_a}->{hidden}", x, a)
 
-  def sq_norms(self):
-    """Certified for the exact factor gradients: ``g'`` and ``s h`` are
-    rounded products, whose error ``linear.product_error`` bounds from the
-    record's mass over the layer's own kernel rows."""
+  def rows(self):
+    """``(rows of a's gradient, rows of b's gradient, [R] mass)``: grouped
+    rows (``linear.py``) of the two factor gradients, and the record's mass
+    over the layer's own kernel rows (``linear.position_mass``)."""
     records = self.records
     a_shape, b_shape = self.a.shape, self.b.shape
     kernel_shape = list(a_shape[:-1]) + [b_shape[-1]]
     mass = linear.record_mass(linear.position_mass(*einsum_rows(
         self.specs, kernel_shape, self.x, self.g, records)), records)
-    frobenius = lambda v: abs(self.scale) * tf.norm(tf.cast(
-        tf.reshape(v, [-1]), tf.float64))
-    rows_a = einsum_rows(self.down, a_shape, self.x, self.g_back, records)
-    rows_b = einsum_rows(self.up, b_shape, self.h, self.g, records)
-    return [linear.kernel_sq_norms(*rows_a, records, linear.product_error(
-        mass, frobenius(self.b), b_shape[-1])),
-            linear.kernel_sq_norms(*rows_b, records, linear.product_error(
-                mass, frobenius(self.a), a_shape.num_elements()
-                // a_shape[-1]))]
+    return (einsum_rows(self.down, a_shape, self.x, self.g_back, records),
+            einsum_rows(self.up, b_shape, self.h, self.g, records), mass)
+
+  def sq_norms(self):
+    """Certified for the exact factor gradients (``lora_sq_norms``)."""
+    return lora_sq_norms([self])
 
   def clipped_sums(self, scales, keep):
     records = self.records
@@ -154,6 +151,30 @@ class LoraFactors:
                       scaled(self.g_back, scales[0])),
             tf.einsum(f"{hidden},{out}->{ker_b}", kept(self.h),
                       scaled(self.g, scales[1]))]
+
+
+def lora_sq_norms(calls):
+  """``[R]`` certified squared norms of the factor gradients ``a``, ``b``
+  summed over ``calls`` (``LoraFactors`` of one layer's calls in one forward
+  pass: a shared layer). A record's gradient of a factor is the kernel
+  gradient of its einsum over the rows of every call concatenated along
+  positions (``linear.py``: the ghost or materialised norm includes the
+  cross terms between calls). ``g'`` and ``s h`` are rounded products: the
+  error of each call's rows is within ``linear.product_error`` of its mass
+  over the layer's kernel rows, and the errors of the calls add up."""
+  first = calls[0]
+  records = first.records
+  parts = [call.rows() for call in calls]
+  rows = lambda i: [tf.concat([p[i][j] for p in parts], 1) for j in (0, 1)]
+  mass = tf.add_n([p[2] for p in parts])
+  frobenius = lambda v: abs(first.scale) * tf.norm(tf.cast(
+      tf.reshape(v, [-1]), tf.float64))
+  a_shape, b_shape = first.a.shape, first.b.shape
+  return [linear.kernel_sq_norms(*rows(0), records, linear.product_error(
+      mass, frobenius(first.b), b_shape[-1])),
+          linear.kernel_sq_norms(*rows(1), records, linear.product_error(
+              mass, frobenius(first.a),
+              a_shape.num_elements() // a_shape[-1]))]
 
 
 def lora_enabled(layer):
@@ -194,11 +215,35 @@ class LoraMixin:
     return state
 
   def prepare_calls(self, layer, taps, out_grads, records):
-    if lora_enabled(layer):
-      raise linear.FastPathUnavailable(
-          f"layer {layer.name!r} has LoRA and is called {len(taps)} times "
-          "in one forward pass")
-    return super().prepare_calls(layer, taps, out_grads, records)
+    """A shared layer with LoRA: each call's factor state; a record's
+    gradients are summed over the calls (``lora_sq_norms``)."""
+    if not lora_enabled(layer):
+      return super().prepare_calls(layer, taps, out_grads, records)
+    return {"layer": layer, "records": records,
+            "lora_calls": [self.prepare(layer, tap, grad, records)
+                           for tap, grad in zip(taps, out_grads)]}
+
+  def sq_norms(self, state):
+    if "lora_calls" not in state:
+      return super().sq_norms(state)
+    layer, calls = state["layer"], state["lora_calls"]
+    norms = lora_sq_norms([call["lora"] for call in calls])
+    if self.has_bias(layer):
+      state["bias_grads"] = tf.add_n([linear.bias_grads(
+          call["g"], layer.bias.shape, state["records"]) for call in calls])
+      norms.append(linear.exact_sq_norms(state["bias_grads"]))
+    return norms
+
+  def clipped_sums(self, state, scales, keep):
+    if "lora_calls" not in state:
+      return super().clipped_sums(state, scales, keep)
+    out = [tf.add_n(list(parts)) for parts in zip(*(
+        call["lora"].clipped_sums(scales[:2], keep)
+        for call in state["lora_calls"]))]
+    if len(scales) > 2:
+      bias = linear.mask(state["bias_grads"], keep)
+      out.append(tf.tensordot(scales[2], bias, axes=[[0], [0]]))
+    return out
 
   def kernel_part_sq_norms(self, state):
     if "lora" in state:
