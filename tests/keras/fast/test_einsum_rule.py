@@ -19,10 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_dp.dp_query import clipping
 from tf_dp.keras import backend
 from tf_dp.keras.fast import rules as rules_lib
-from tf_dp.keras.fast import taps as taps_lib
 from tests.keras.fast import loop_reference
 from tests.keras.fast import test_linear
 
@@ -169,22 +167,8 @@ def test_shared_lora_layer_is_certified_for_the_sum_of_its_calls(
   g1 = rng.normal(size=z.shape).astype("float32")
   g2 = (-g1 + rng.normal(size=z.shape)).astype("float32")
   rule = rules_lib.rule_for(layer)
-  tap = taps_lib.Tap(layer, (tf.constant(x),), {}, None)
-
-  def outputs(drop=None):
-    state = rule.prepare_calls(layer, [tap, tap], [tf.constant(g1),
-                                                   tf.constant(g2)], 4)
-    sq = rule.sq_norms(state)
-    total = tf.add_n(sq)
-    keep = tf.math.is_finite(total)
-    if drop is not None:
-      keep &= tf.range(4) != drop
-    scale = clipping.scale_from_squared_norm(
-        tf.where(keep, total, tf.zeros_like(total)), CLIP)
-    scale = tf.where(keep, scale, tf.zeros_like(scale))
-    sums = rule.clipped_sums(state, [scale] * len(sq), keep)
-    return np.stack([s.numpy() for s in sq], 1), [s.numpy() for s in sums]
-
+  outputs = lambda drop=None: test_linear._rule_outputs(  # pylint: disable=protected-access
+      layer, rule, x, [g1, g2], drop)
   sq, sums = outputs()
   # Both calls share x, so the summed gradient is that of g1 + g2.
   exact = _exact_factor_sq_norms(

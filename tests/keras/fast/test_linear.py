@@ -127,9 +127,15 @@ def _exact_sq_norms(layer, rule, x, g):
 
 
 def _rule_outputs(layer, rule, x, g, drop=None):
-  """The rule's squared norms and clipped sums; ``drop`` removes a record."""
+  """The rule's squared norms and clipped sums; ``drop`` removes a record.
+  ``g`` a list: the layer is called once per element, on ``x`` each time,
+  with that output gradient (a shared layer)."""
   tap = taps_lib.Tap(layer, (tf.constant(x),), {}, None)
-  state = rule.prepare(layer, tap, tf.constant(g, tf.float32), len(x))
+  if isinstance(g, list):
+    state = rule.prepare_calls(layer, [tap] * len(g), [
+        tf.constant(gi, tf.float32) for gi in g], len(x))
+  else:
+    state = rule.prepare(layer, tap, tf.constant(g, tf.float32), len(x))
   sq = rule.sq_norms(state)
   total = tf.add_n(sq)
   keep = tf.math.is_finite(total)
@@ -219,22 +225,7 @@ def test_a_shared_layer_is_certified_for_the_sum_of_its_calls(K, magnitude):
   g1 = rng.normal(size=(4, 8, 12)).astype("float32")
   g2 = (-g1 + rng.normal(size=g1.shape)).astype("float32")
   rule = rules_lib.rule_for(layer)
-  taps = [taps_lib.Tap(layer, (tf.constant(x),), {}, None)] * 2
-
-  def outputs(drop=None):
-    state = rule.prepare_calls(layer, taps, [tf.constant(g1),
-                                             tf.constant(g2)], 4)
-    sq = rule.sq_norms(state)
-    total = tf.add_n(sq)
-    keep = tf.math.is_finite(total)
-    if drop is not None:
-      keep &= tf.range(4) != drop
-    scale = clipping.scale_from_squared_norm(
-        tf.where(keep, total, tf.zeros_like(total)), CLIP)
-    scale = tf.where(keep, scale, tf.zeros_like(scale))
-    sums = rule.clipped_sums(state, [scale] * len(sq), keep)
-    return np.stack([s.numpy() for s in sq], 1), [s.numpy() for s in sums]
-
+  outputs = lambda drop=None: _rule_outputs(layer, rule, x, [g1, g2], drop)
   sq, sums = outputs()
   x64 = x.astype(np.float64)
   g64 = g1.astype(np.float64) + g2.astype(np.float64)
