@@ -30,6 +30,16 @@ def compile_dp(K, model, population_size, learning_rate=0.1,
   return model
 
 
+def weights(model):
+  """Copies of ``model``'s trainable variables (numpy)."""
+  return [v.numpy().copy() for v in model.trainable_variables]
+
+
+def ledger_samples(model):
+  """The samples the ledger of ``model``'s DP optimizer recorded."""
+  return model.optimizer.ledger.to_dict()["samples"]
+
+
 def build_model(K, kind, seed=0):
   """A small model of the given kind with deterministic initial weights."""
   init = K.initializers.GlorotUniform(seed=seed)
