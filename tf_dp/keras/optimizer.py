@@ -20,12 +20,10 @@ from tf_dp.core import config as config_lib
 from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.keras import backend
 from tf_dp.keras.backend import dp_classes
+from tf_dp.keras.optimizer_base import DPOptimizerMixin
+from tf_dp.keras.optimizer_base import is_dp_optimizer
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.sampling import Sampling
-# Re-exported: the names every flavour's DP optimizer shares.
-from tf_dp.keras.optimizer_base import DPOptimizerMixin  # pylint: disable=unused-import
-from tf_dp.keras.optimizer_base import is_dp_optimizer  # pylint: disable=unused-import
-from tf_dp.keras.optimizer_base import SUMMED_GRADIENTS_ERROR  # pylint: disable=unused-import
 
 
 def _resolve_inner(optimizer):

@@ -25,13 +25,14 @@ import types
 
 from tf_dp.compat.tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as layer_registry_lib
 from tf_dp.keras import optimizer as optimizer_lib
+from tf_dp.keras import optimizer_base
 from tf_dp.keras import private_model
 
 def _dp_compile(self, optimizer="rmsprop", *args, population_size=None,  # pylint: disable=keyword-arg-before-vararg
                 **kwargs):
   """``compile`` that wraps a plain optimizer in a ``tf_dp.DPOptimizer``."""
   dp = self._tf_dp_compat_config  # pylint: disable=protected-access
-  if not optimizer_lib.is_dp_optimizer(optimizer):
+  if not optimizer_base.is_dp_optimizer(optimizer):
     population_size = population_size or dp.population_size
     optimizer = optimizer_lib.DPOptimizer(
         optimizer, l2_norm_clip=dp.l2_norm_clip,
