@@ -34,6 +34,19 @@ def _private(K, sampling):
   return model
 
 
+def _assert_trains_lots_of(model, data, sampling, lots):
+  """fit on ``data`` moves the weights and records ``lots`` lots of
+  ``sampling`` with q = BATCH / N."""
+  before = helpers.weights(model)
+  model.fit(data, verbose=0)
+  samples = helpers.ledger_samples(model)
+  assert len(samples) == lots
+  assert {s["sampling"] for s in samples} == {sampling}
+  assert all(s["sampling_probability"] == pytest.approx(BATCH / N)
+             for s in samples)
+  assert not np.allclose(before[0], helpers.weights(model)[0])
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
 @pytest.mark.parametrize("as_tensors", [False, True])
@@ -59,14 +72,7 @@ def test_the_samplers_datasets_train_with_their_sampling(K, sampling):
     data = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 3, seed=2)
   else:
     data = tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 3, seed=2)
-  before = helpers.weights(model)
-  model.fit(data, epochs=1, verbose=0)
-  samples = helpers.ledger_samples(model)
-  assert len(samples) == 3
-  assert {s["sampling"] for s in samples} == {sampling}
-  assert all(s["sampling_probability"] == pytest.approx(BATCH / N)
-             for s in samples)
-  assert not np.allclose(before[0], helpers.weights(model)[0])
+  _assert_trains_lots_of(model, data, sampling, 3)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -214,14 +220,7 @@ def test_a_declared_dataset_trains_and_is_recorded_as_declared(K, sampling):
   own = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).take(2)
   data = tf_dp.data.declare_sampling(own, sampling, q)
   assert data is own
-  before = helpers.weights(model)
-  model.fit(data, verbose=0)
-  samples = helpers.ledger_samples(model)
-  assert len(samples) == 2
-  assert {s["sampling"] for s in samples} == {sampling}
-  assert all(s["sampling_probability"] == pytest.approx(BATCH / N)
-             for s in samples)
-  assert not np.allclose(before[0], helpers.weights(model)[0])
+  _assert_trains_lots_of(model, data, sampling, 2)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -337,6 +336,18 @@ def test_a_lot_left_open_by_a_fit_is_discarded_by_the_next(K, sampling):
   assert int(engine.batches_in_lot.numpy()) == 0
 
 
+def _accumulating(K, k):
+  """A dense model whose DP optimizer noises every ``k`` batches together
+  (no self-check)."""
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
+      gradient_accumulation_steps=k),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
 @pytest.mark.parametrize("K", KERAS)
 def test_accumulated_lots_never_straddle_two_passes_over_arrays(K):
   """40 arrays in batches of 10: 4 batches per pass. With lots of 3
@@ -345,23 +356,13 @@ def test_accumulated_lots_never_straddle_two_passes_over_arrays(K):
   of one pass and two of the next (an example could count twice): refused
   before any step. Lots of 2 batches start every pass and train."""
   x, y = helpers.make_data("dense", N)
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
-  model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
-      gradient_accumulation_steps=3),
-                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model = _accumulating(K, 3)
   _assert_refused_before_any_step(
       model, helpers.weights(model),
       lambda: model.fit(x, y, batch_size=BATCH, steps_per_epoch=6, epochs=2,
                         verbose=0),
       "4 batches per pass", "gradient_accumulation_steps=3")
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
-  model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
-      gradient_accumulation_steps=2),
-                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model = _accumulating(K, 2)
   model.fit(x, y, batch_size=BATCH, steps_per_epoch=2, epochs=2, verbose=0)
   assert [s["sampling_probability"] for s in helpers.ledger_samples(model)] == [
       pytest.approx(2 * BATCH / N)] * 2
