@@ -22,9 +22,11 @@ import pytest
 import tensorflow as tf
 
 from tf_dp.dp_query import clipping
+from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
 from tests.keras import helpers
+from tests.keras.fast import loop_reference
 
 KERAS = helpers.keras_modules()
 CLIP = 1.0
@@ -46,7 +48,9 @@ def _cases(K):
                            [0]),
       "einsum_two_contracted": (L.EinsumDense("abcd,cde->abe", (12, 30)),
                                 (12, 3, 10), "float32", [0]),
+      # 32 positions: per-token rows; 8: the ghost norm (both certified).
       "embedding": (L.Embedding(6, 8), (32,), "int32", [0]),
+      "embedding_ghost": (L.Embedding(6, 8), (8,), "int32", [0]),
       "conv1d_ghost": (L.Conv1D(40, 3), (12, 30), "float32", [0]),
       "conv2d_patches": (L.Conv2D(4, 3, padding="same"), (8, 8, 3),
                          "float32", [0]),
@@ -63,6 +67,7 @@ def _cases(K):
 
 NAMES = ("dense_one_position", "dense_ghost", "dense_materialised",
          "einsum_positions", "einsum_two_contracted", "embedding",
+         "embedding_ghost",
          "conv1d_ghost", "conv2d_patches", "conv2d_one_channel", "depthwise",
          "separable", "transpose", "layer_norm")
 
@@ -260,3 +265,58 @@ def test_per_layer_fallback_norms_bound_what_each_record_adds(K):
   added = np.asarray(state["per_record"][0], np.float64).reshape(len(x), -1)
   exact = np.sum(np.square(added), 1)
   assert np.all(sq >= exact), np.min(sq / exact)
+
+
+def test_embedding_norm_forms_agree_with_the_exact_norm():
+  # Per-token rows (long sequences, or a length unknown at trace time) and
+  # the ghost norm give each record's gradient norm: against a float64
+  # numpy reference, on ids that repeat, are negative or extreme (keys of
+  # (record, token) must not collide), within the certificates' slack.
+  rng = np.random.default_rng(3)
+  records, positions, dim = 5, 40, 6
+  ids = rng.integers(0, 7, size=(records, positions)).astype("int32")
+  ids[1, :3] = [-1, 2 ** 31 - 1, -2 ** 31]
+  ids[2] = 4  # One token throughout: every row adds to one.
+  g = rng.normal(size=(records, positions, dim)).astype("float32")
+  exact = []
+  for r in range(records):
+    rows = {}
+    for t in range(positions):
+      rows[ids[r, t]] = rows.get(ids[r, t], 0.0) + g[r, t].astype(np.float64)
+    exact.append(sum(float(np.sum(v * v)) for v in rows.values()))
+  exact = np.asarray(exact)
+  long_form = embedding_rules.embedding_sq_norms(
+      tf.constant(ids), tf.constant(g), records).numpy()
+  unknown = tf.function(
+      lambda i, v: embedding_rules.embedding_sq_norms(i, v, records),
+      input_signature=[tf.TensorSpec([None, None], tf.int32),
+                       tf.TensorSpec([None, None, dim], tf.float32)])(
+                           tf.constant(ids), tf.constant(g)).numpy()
+  ghost = embedding_rules._ghost_sq_bound(tf.constant(ids),
+                                         tf.constant(g))[0].numpy()
+  rows_form = embedding_rules._token_rows_sq_bound(
+      tf.constant(ids), tf.constant(g))[0].numpy()
+  for value in (long_form, unknown):
+    assert np.all(value >= exact)
+    np.testing.assert_allclose(value, exact, rtol=2e-3)  # u (mT)^1.5 slack.
+  np.testing.assert_allclose(rows_form, exact, rtol=1e-9)
+  np.testing.assert_allclose(ghost, exact, rtol=1e-9)
+  assert np.all(rows_form >= exact) and np.all(ghost >= exact)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_long_sequence_embedding_step_equals_loop(K):
+  # 24 positions per example (per-token rows, not the ghost norm), tokens
+  # repeating within examples: one fit step equals a per-example loop.
+  L = K.layers
+  inputs = L.Input((24,), dtype="int32")
+  h = L.Embedding(9, 4, embeddings_initializer=K.initializers.RandomNormal(
+      seed=1))(inputs)
+  h = L.GlobalAveragePooling1D()(h)
+  model = K.Model(inputs, L.Dense(3, kernel_initializer=(
+      K.initializers.GlorotUniform(seed=2)))(h))
+  rng = np.random.default_rng(4)
+  x = rng.integers(0, 9, size=(6, 24)).astype("int32")
+  y = rng.integers(0, 3, size=6).astype("int32")
+  plan = loop_reference.fast_step_matches_loop(K, model, x, y, 0.05)
+  assert any("EmbeddingRule" in path for path in plan.values()), plan

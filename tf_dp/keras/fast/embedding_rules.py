@@ -36,11 +36,38 @@ from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import linear
 
 
+# Positions per record up to which ``embedding_sq_norms`` takes the ghost
+# norm (``O(P^2 D)`` per record); above, each record's gradient rows are
+# materialised by token (``O(P D)``). Both are certified; they agree to
+# rounding.
+EMBEDDING_GHOST_MAX_POSITIONS = 16
+
+
 def embedding_sq_norms(ids, g, records, input_error=None):
   """``[R]`` certified squared norms of ``sum_t onehot(id_t) g_t^T`` per
-  record: ``sum_{s,t} [id_s = id_t] g_s . g_t``, certified as the linear
-  rules' (``linear.py``, "Certified norms"; here ``|a_t| = 1``, so ``U =
-  sum_t |g_t|``). ``ids`` ``[R, P]``, ``g`` ``[R, P, D]``."""
+  record, certified as the linear rules' (``linear.py``, "Certified
+  norms"; here ``|a_t| = 1``, so ``U = sum_t |g_t|``). ``ids`` ``[R, P]``,
+  ``g`` ``[R, P, D]``.
+
+  Up to ``EMBEDDING_GHOST_MAX_POSITIONS`` positions: the ghost norm
+  ``sum_{s,t} [id_s = id_t] g_s . g_t``; above (or for an unknown ``P``),
+  the record's nonzero gradient rows (one per distinct token) summed in
+  float64 (``_token_rows_sq_bound``), which costs ``O(P D)`` instead of
+  ``O(P^2 D)``.
+  """
+  positions = tf.shape(ids)[1]
+  static = ids.shape[1]
+  if static is not None and static <= EMBEDDING_GHOST_MAX_POSITIONS:
+    bound, mass = _ghost_sq_bound(ids, g)
+  else:
+    bound, mass = _token_rows_sq_bound(ids, g)
+  return linear.certified_sq_norms(bound, mass, positions, records,
+                                   input_error)
+
+
+def _ghost_sq_bound(ids, g):
+  """``([R] bound, [R] U)``: float64 ghost norms ``sum_{s,t} [id_s = id_t]
+  g_s . g_t`` plus Higham's bound ``gamma_{D + P^2 + 8} U^2``."""
   g64 = tf.cast(g, tf.float64)
   same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), tf.float64)
   value = tf.reduce_sum(same * tf.matmul(g64, g64, transpose_b=True), [1, 2])
@@ -49,8 +76,43 @@ def embedding_sq_norms(ids, g, records, input_error=None):
   terms = tf.shape(g)[2] + positions * positions + 8
   bound = tf.maximum(value, 0.0) + linear.rounding_bound(
       terms, linear.UNIT_ROUNDOFF_FLOAT64) * tf.square(mass)
-  return linear.certified_sq_norms(bound, mass, positions, records,
-                                   input_error)
+  return bound, mass
+
+
+def _token_rows_sq_bound(ids, g):
+  """``([R] bound, [R] U)``: float64 upper bounds on the squared norms of
+  each record's gradient ``sum_t onehot(id_t) g_t^T``, from its rows.
+
+  The row of token ``v`` is ``s_v = sum_{t: id_t = v} g_t`` (a float64 sum
+  of at most P float32 rows, exact casts); the rows of all records come
+  from one segment sum keyed by (record, token). Error bounds (Higham,
+  Sec. 3.1): each computed element is within ``gamma_P`` times the sum of
+  its terms' absolute values, so the computed rows are within ``gamma_P U``
+  of the exact ones in norm (triangle inequality over positions); their
+  computed sum of squares (at most ``D + P + 1`` roundings of nonnegative
+  terms) is at least ``1 - gamma_{D + P + 4}`` times the exact one. So
+  ``|grad| <= sqrt(computed / (1 - gamma_{D + P + 4})) + gamma_P U``.
+  """
+  records, positions = tf.shape(ids)[0], tf.shape(ids)[1]
+  dim = tf.shape(g)[2]
+  # Key (record, token) as one int64: token ids modulo 2^32 are distinct
+  # for distinct int32 ids.
+  span = tf.constant(2 ** 32, tf.int64)
+  keys = (tf.range(tf.cast(records, tf.int64), dtype=tf.int64)[:, None] * span
+          + tf.math.floormod(tf.cast(ids, tf.int64), span))
+  unique_keys, segment = tf.unique(tf.reshape(keys, [-1]))
+  g64 = tf.cast(g, tf.float64)
+  rows = tf.math.unsorted_segment_sum(
+      tf.reshape(g64, [-1, dim]), segment, tf.size(unique_keys))
+  owner = tf.cast(tf.math.floordiv(unique_keys, span), tf.int32)
+  sq = tf.math.unsorted_segment_sum(tf.reduce_sum(tf.square(rows), 1), owner,
+                                    records)
+  mass = tf.reduce_sum(linear.row_norms(g64), 1)
+  norm = (tf.sqrt(sq / (1.0 - linear.rounding_bound(
+      dim + positions + 4, linear.UNIT_ROUNDOFF_FLOAT64)))
+          + linear.rounding_bound(positions, linear.UNIT_ROUNDOFF_FLOAT64)
+          * mass)
+  return tf.square(norm), mass
 
 
 def embedding_sum(ids, g, vocabulary):
@@ -60,8 +122,9 @@ def embedding_sum(ids, g, vocabulary):
 
 
 class EmbeddingRule:
-  """keras.layers.Embedding: ghost norm over positions with equal tokens
-  (``embedding_sq_norms``).
+  """keras.layers.Embedding: norms from ``embedding_sq_norms`` (the ghost
+  norm over positions with equal tokens for short sequences, per-token rows
+  for long ones).
 
   With LoRA (Keras 3 ``enable_lora``: table ``E0 + s a b``, ``E0``
   frozen) a record's gradients are ``s onehot^T g b^T`` for ``a`` (an
