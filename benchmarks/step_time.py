@@ -9,8 +9,9 @@ noise 1.1, SGD, ``make_private`` + ``tf_dp.DPOptimizer`` (default
 
 Step time: ``model.fit`` over an in-memory dataset, timed per epoch by a
 callback (steps per epoch fixed, first epoch dropped: tracing), plain and
-DP models built in the same process and measured alternately; the best of
-several rounds (the machine may be shared). Peak memory: growth of the
+DP models built in the same process and measured alternately (which side
+runs first alternates too); the median over rounds of each round's best
+epoch (the machine may be shared: load then slows both sides alike). Peak memory: growth of the
 resident set (CPU) or TF's peak allocator statistics (GPU), in a fresh
 subprocess per configuration. The last line is
 
@@ -27,6 +28,7 @@ On a GPU, XLA on and off and batches 256 and 1024 are measured by default.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -93,7 +95,7 @@ def make_model(mode, kind, jit, stack="keras3", method="auto"):
     model = tf_dp.keras.make_private(model, self_check=False)
     opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1), l2_norm_clip=1.0,
                             noise_multiplier=1.1, population_size=60000,
-                            per_example_method=method, max_lots=10 ** 6)
+                            per_example_method=method)
   else:
     opt = keras.optimizers.SGD(0.1)
   model.compile(optimizer=opt, loss=loss, jit_compile=jit)
@@ -136,15 +138,21 @@ def fit_step_time(model, data, steps, epochs):
 
 def compare(kind, batch, jit, rounds, steps=10, method="auto",
             stack="keras3"):
-  """Best per-step fit times (plain, dp), measured alternately."""
+  """Median per-step fit times (plain, dp) over ``rounds`` alternating
+  rounds (each round's time is its best epoch)."""
   data = _dataset(kind, batch)
   plain = make_model("plain", kind, jit, stack)
   dp = make_model("dp", kind, jit, stack, method)
   t_plain, t_dp = [], []
-  for _ in range(rounds):
-    t_plain.append(fit_step_time(plain, data, steps, 3))
-    t_dp.append(fit_step_time(dp, data, steps, 3))
-  return min(t_plain), min(t_dp)
+  for i in range(rounds):
+    # Alternate which side runs first, so that load changes hit both.
+    if i % 2:
+      t_dp.append(fit_step_time(dp, data, steps, 3))
+      t_plain.append(fit_step_time(plain, data, steps, 3))
+    else:
+      t_plain.append(fit_step_time(plain, data, steps, 3))
+      t_dp.append(fit_step_time(dp, data, steps, 3))
+  return statistics.median(t_plain), statistics.median(t_dp)
 
 
 def _status_kib(field):
@@ -194,7 +202,26 @@ def _device():
   if gpus:
     return "gpu", tf.config.experimental.get_device_details(gpus[0]).get(
         "device_name", "GPU")
-  return "cpu", f"{os.cpu_count()}-core CPU"
+  return "cpu", cpu_description()
+
+
+def cpu_description():
+  """E.g. ``2-core Intel(R) Xeon(R) Processor, AVX-512 (oneDNN on by
+  default)``: TensorFlow's CPU kernels differ with and without AVX-512."""
+  name, flags = "CPU", set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          name = value.strip()
+        elif key.strip() == "flags":
+          flags = set(value.split())
+  except OSError:
+    pass
+  avx = ("AVX-512 (oneDNN on by default)" if "avx512f" in flags
+         else "no AVX-512")
+  return f"{os.cpu_count()}-core {name}, {avx}"
 
 
 def main():
@@ -215,7 +242,7 @@ def main():
   rounds = 4 if args.quick else 7
   jits = (False, True) if device == "gpu" or args.xla else (False,)
   batches = (256, 1024) if device == "gpu" else (256,)
-  print(f"DP-SGD vs non-private model.fit step time (best of {rounds} "
+  print(f"DP-SGD vs non-private model.fit step time (median of {rounds} "
         f"alternating rounds), TF {tf.__version__} defaults, {device_name}")
   print(f"{'model':11s} {'batch':>5s} {'xla':4s} {'plain ms':>9s} "
         f"{'dp ms':>9s} {'ratio':>6s} {'target':>7s}")
