@@ -118,3 +118,23 @@ def test_invalid_arguments(kwargs, match):
 def test_query_with_ledger_type_checks():
   with pytest.raises(TypeError, match="ledger"):
     QueryWithLedger(GaussianSumQuery(1.0, 1.0), object())
+
+
+def test_user_level_ledger_records_its_unit_and_restores_it(tmp_path):
+  ledger = PrivacyLedger(300, 0.1, privacy_unit="user", max_samples=10)
+  assert (ledger.privacy_unit, ledger.sampling) == ("user", "poisson")
+  query = QueryWithLedger(GaussianSumQuery(1.0, 1.0), ledger)
+  state = query.initial_global_state()
+  sample = query.initial_sample_state(tf.zeros([2]))
+  query.get_noised_result(sample, state)
+  data = ledger.to_dict()
+  assert data["samples"][0]["privacy_unit"] == "user"
+  assert data["samples"][0]["population_size"] == 300
+  assert PrivacyLedger.from_json(ledger.to_json()).privacy_unit == "user"
+  path = tf.train.Checkpoint(ledger=ledger).save(str(tmp_path / "ckpt"))
+  restored = PrivacyLedger(300, 0.1, max_samples=10)  # per example
+  tf.train.Checkpoint(ledger=restored).restore(path)
+  assert restored.privacy_unit == "user"
+  assert restored.to_dict() == data
+  with pytest.raises(ValueError, match="privacy_unit must be one of"):
+    PrivacyLedger(300, 0.1, privacy_unit="users")

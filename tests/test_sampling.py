@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tf_dp.sampling import ACCOUNTED
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -42,3 +43,13 @@ def test_check_returns_the_member():
 def test_check_names_the_argument_and_the_kinds(value, allowed, match):
   with pytest.raises(ValueError, match=match):
     Sampling.check("sampling", value, allowed)
+
+
+def test_privacy_units_are_their_strings_and_checked_by_name():
+  assert [u.value for u in PrivacyUnit] == ["example", "user"]
+  assert PrivacyUnit.USER == "user" and f"per {PrivacyUnit.USER}" == "per user"
+  assert repr(PrivacyUnit.EXAMPLE) == "'example'"
+  assert PrivacyUnit.check("privacy_unit", "user") is PrivacyUnit.USER
+  with pytest.raises(ValueError, match=r"^privacy_unit must be one of "
+                     r"\('example', 'user'\); got 'person'\.$"):
+    PrivacyUnit.check("privacy_unit", "person")

@@ -31,6 +31,7 @@ from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
 from tf_dp.dp_query.dp_query import Nest
 from tf_dp.errors import LedgerFormatError
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -53,6 +54,7 @@ def _check_sampling_event(event):
     raise TypeError(f"sampling_event must be a "
                     f"tf_dp.privacy_ledger.SamplingEvent; got {event!r}.")
   Sampling.check("sampling_event.sampling", event.sampling)
+  PrivacyUnit.check("sampling_event.privacy_unit", event.privacy_unit)
   if not tf.is_tensor(event.population_size):
     checks.check_positive_int("sampling_event.population_size",
                               event.population_size)
@@ -73,8 +75,9 @@ class PrivacyLedger(tf.Module):
   the ledger is full, counts it as dropped; nothing else writes the rows.
 
   Args:
-    population_size: Number of records n in the private dataset.
-    sampling_probability: Probability q that a record is in a sample
+    population_size: Number n of privacy units in the private dataset
+      (examples, or users when ``privacy_unit="user"``).
+    sampling_probability: Probability q that a unit is in a sample
       (Poisson), or the sample size divided by n (fixed-size).
     sampling: ``"poisson"`` (each record independently with probability q),
       ``"fixed_size"`` (an independent uniformly random subset of fixed
@@ -87,6 +90,8 @@ class PrivacyLedger(tf.Module):
     max_samples: Capacity in samples (steps). Size it for the whole run.
     max_queries_per_sample: Capacity in sum queries per sample on average.
     name: Module name.
+    privacy_unit: ``"example"`` (default) or ``"user"``: what one record
+      is, recorded with every sample (``tf_dp.sampling.PrivacyUnit``).
 
   Example:
     >>> ledger = PrivacyLedger(60000, 256 / 60000)
@@ -95,12 +100,14 @@ class PrivacyLedger(tf.Module):
   def __init__(self, population_size: int, sampling_probability: float,
                sampling: str = Sampling.POISSON, examples_per_record: int = 1,
                max_samples: int = 100000, max_queries_per_sample: int = 4,
-               name: str = "privacy_ledger") -> None:
+               name: str = "privacy_ledger",
+               privacy_unit: str = PrivacyUnit.EXAMPLE) -> None:
     super().__init__(name=name)
     population_size = _check_population_size(population_size)
     sampling_probability = checks.check_probability("sampling_probability",
                                                     sampling_probability)
     Sampling.check("sampling", sampling)
+    PrivacyUnit.check("privacy_unit", privacy_unit)
     examples_per_record = checks.check_positive_int("examples_per_record",
                                                     examples_per_record)
     self._max_samples = checks.check_positive_int("max_samples", max_samples,
@@ -119,7 +126,8 @@ class PrivacyLedger(tf.Module):
         float(examples_per_record), dtype=f64, trainable=False,
         name=f"{name}/examples_per_record")
     self._sampling_code = tf.Variable(
-        float(ledger_schema.sampling_code(sampling)), dtype=f64,
+        float(ledger_schema.sampling_code(sampling, privacy_unit)),
+        dtype=f64,
         trainable=False, name=f"{name}/sampling_code")
     self._samples = tf.Variable(
         tf.zeros([self._max_samples, len(ledger_schema.SAMPLE_ROW)], f64),
@@ -138,6 +146,11 @@ class PrivacyLedger(tf.Module):
   def sampling(self) -> Sampling:
     """The sampling kind recorded by default (eager only)."""
     return ledger_schema.sampling_kind(float(self._sampling_code.numpy()))
+
+  @property
+  def privacy_unit(self) -> PrivacyUnit:
+    """The privacy unit recorded by default (eager only)."""
+    return ledger_schema.privacy_unit(float(self._sampling_code.numpy()))
 
   @property
   def max_samples(self) -> int:
@@ -177,7 +190,8 @@ class PrivacyLedger(tf.Module):
     q = self.sampling_probability.read_value()
     if sample_size is not None:
       is_poisson = tf.equal(
-          self._sampling_code,
+          tf.math.floormod(self._sampling_code,
+                           float(ledger_schema.UNIT_CODE_STRIDE)),
           float(ledger_schema.sampling_code(Sampling.POISSON)))
       q = tf.where(is_poisson, q, tf.minimum(
           tf.cast(sample_size, tf.float64) / self.population_size, 1.0))
@@ -408,7 +422,8 @@ class PrivacyLedger(tf.Module):
         1, 0.0, Sampling.POISSON, 1, ())
     ledger = cls(last.population_size, last.sampling_probability,
                  last.sampling, last.examples_per_record,
-                 max_samples=capacity, max_queries_per_sample=per_sample)
+                 max_samples=capacity, max_queries_per_sample=per_sample,
+                 privacy_unit=last.privacy_unit)
     state = ledger.export_buffers()
     state.update(samples=sample_rows[:kept], queries=query_rows,
                  sample_count=kept, query_count=len(query_rows),

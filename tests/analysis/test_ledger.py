@@ -148,3 +148,46 @@ def test_shuffled_maps_to_dp_accounting_like_fixed_size():
 def test_bad_ledger_json_is_refused(text, match):
   with pytest.raises(ValueError, match=match):
     analysis.compute_rdp_from_ledger(text, ORDERS)
+
+
+def user_sample(q=0.05, n=400, **kwargs):
+  return dict(sample(q=q, n=n, **kwargs), privacy_unit="user")
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "fixed_size"])
+def test_user_level_ledger_is_accounted_at_q_and_n_over_users(sampling):
+  # q = 0.05 of n = 400 users, sigma 1.1, 30 lots: the accountant's epsilon
+  # of that (q, sigma, steps), whatever the users' numbers of examples.
+  data = ledger([user_sample(sampling=sampling)] * 30)
+  if sampling == "poisson":
+    expected = analysis.compute_rdp(0.05, 1.1, 30, ORDERS)
+  else:
+    expected = analysis.compute_rdp_fixed_size(0.05, 1.1, 30, ORDERS)
+  np.testing.assert_allclose(analysis.compute_rdp_from_ledger(data, ORDERS),
+                             expected)
+  eps = analysis.compute_epsilon_from_ledger(data, 1e-5)[0]
+  if sampling == "poisson":
+    # compute_dp_sgd_privacy with n users and lots of 20 users: q = 0.05.
+    assert eps == pytest.approx(analysis.compute_dp_sgd_privacy(
+        n=400, batch_size=20, noise_multiplier=1.1, epochs=1.5, delta=1e-5)[0],
+                                rel=1e-9)
+  assert analysis.ledger_privacy_unit(data) == "user"
+  events = analysis.ledger_events(data)
+  assert {(e.privacy_unit, e.population_size) for e in events} == {
+      ("user", 400)}
+
+
+def test_a_ledger_mixing_privacy_units_is_refused():
+  from tf_dp.errors import PrivacyError  # pylint: disable=g-import-not-at-top
+  data = ledger([sample(), user_sample()])
+  with pytest.raises(PrivacyError, match=r"mixes samples of privacy units "
+                     r"\['example', 'user'\]"):
+    analysis.compute_epsilon_from_ledger(data, 1e-5)
+
+
+def test_epsilon_statement_names_the_unit():
+  assert analysis.ledger_privacy_unit(ledger([sample()])) == "example"
+  text = analysis.epsilon_statement(1.25, 1e-5, "user")
+  assert text.startswith("(epsilon = 1.25, delta = 1e-05)-DP per user: ")
+  assert "one user (all their examples)" in text
+  assert "per example" in analysis.epsilon_statement(2.0, 1e-5)

@@ -185,3 +185,48 @@ def test_privacy_ledger_writes_version_2_and_reads_both():
   assert short.to_dict()["dropped_samples"] == 2
   with pytest.raises(ValueError, match=r"runs\[0\]\.sampling.*'bogus'"):
     PrivacyLedger.from_json(text.replace("fixed_size", "bogus"))
+
+
+def test_privacy_unit_codes_keep_per_example_codes_unchanged():
+  # Codes 0-2 (every buffer written before the unit existed) are per
+  # example; a user-level code adds UNIT_CODE_STRIDE.
+  stride = schema.UNIT_CODE_STRIDE
+  for i, kind in enumerate(("poisson", "fixed_size", "shuffled")):
+    assert schema.sampling_code(kind, "example") == schema.sampling_code(
+        kind) == i
+    assert schema.sampling_code(kind, "user") == i + stride
+    assert schema.sampling_kind(float(i + stride)) == kind
+    assert schema.privacy_unit(float(i)) == "example"
+    assert schema.privacy_unit(float(i + stride)) == "user"
+  for bad in (3.0, stride + 3.0, 2 * stride + 0.0, -1.0, 0.5):
+    with pytest.raises(ValueError, match="sampling code"):
+      schema.privacy_unit(bad)
+
+
+def test_an_entry_without_privacy_unit_reads_as_example():
+  runs, _ = schema.decode(v1([A]))
+  assert runs[0].sample.privacy_unit == "example"
+  # ... and an example-level sample is written without the key: the
+  # export of a per-example run is what it was before units existed.
+  assert "privacy_unit" not in schema.encode(runs, 0)["runs"][0]
+
+
+def test_a_user_level_entry_round_trips_in_json_and_buffers():
+  user = entry(0.05, n=300, privacy_unit="user")
+  runs, _ = schema.decode(v1([user, user, A]))
+  assert [r.sample.privacy_unit for r in runs] == ["user", "example"]
+  assert runs[0].sample.population_size == 300
+  data = json.loads(json.dumps(schema.encode(runs, 0)))
+  assert data["runs"][0]["privacy_unit"] == "user"
+  assert schema.decode(data)[0] == runs
+  rows, queries = schema.buffers_from_runs(runs)
+  assert rows[0, 2] == schema.UNIT_CODE_STRIDE  # Poisson, per user.
+  assert schema.runs_from_buffers(rows, queries, len(rows),
+                                  len(queries)) == runs
+
+
+def test_a_bad_privacy_unit_is_refused_by_path():
+  with pytest.raises(ValueError, match=r"runs\[0\]\.privacy_unit must be one "
+                     r"of \('example', 'user'\); got 'person'"):
+    schema.decode({"format": schema.FORMAT_V2, "dropped_samples": 0,
+                   "runs": [entry(privacy_unit="person", count=1)]})

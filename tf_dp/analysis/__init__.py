@@ -33,6 +33,8 @@ from tf_dp.analysis.rdp import compute_rdp
 from tf_dp.analysis.rdp_fixed_size import compute_rdp_fixed_size
 from tf_dp.analysis.ledger import compute_epsilon_from_ledger
 from tf_dp.analysis.ledger import compute_rdp_from_ledger
+from tf_dp.analysis.ledger import epsilon_statement
+from tf_dp.analysis.ledger import ledger_privacy_unit
 from tf_dp.analysis.ledger import ledger_events
 from tf_dp.analysis.ledger import sample_noise_multiplier
 from tf_dp.analysis.ledger import to_dp_accounting_events

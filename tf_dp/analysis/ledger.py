@@ -33,6 +33,8 @@ from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger_schema
 from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import LedgerFormatError
+from tf_dp.errors import PrivacyError
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 # A ledger in any form the accountant reads: a PrivacyLedger (anything with
@@ -45,13 +47,16 @@ class LedgerEvent(NamedTuple):
 
   Fields: ``sampling`` (a ``tf_dp.sampling.Sampling``),
   ``sampling_probability`` (q), ``noise_multiplier`` (eq. (1) of the
-  sample's sum queries), ``population_size`` and ``examples_per_record``.
+  sample's sum queries), ``population_size``, ``examples_per_record`` and
+  ``privacy_unit`` (``"example"`` or ``"user"``: what n counts, what q is
+  the probability of, and what epsilon protects).
   """
   sampling: str
   sampling_probability: float
   noise_multiplier: float
   population_size: int
   examples_per_record: int
+  privacy_unit: str = PrivacyUnit.EXAMPLE
 
 
 def _export(ledger):
@@ -121,12 +126,26 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
   run with constant hyperparameters is one pair. Samples whose sum
   queries reduce to the same noise multiplier (eq. (1)) share a run.
   Warns (``UserWarning``, once per call) if any sample is ``"shuffled"``.
+
+  Raises:
+    PrivacyError: if the samples do not all have one privacy unit (a
+      per-example sample says nothing about a user's examples together,
+      and a per-user epsilon cannot be composed from it).
   """
   out: List[Tuple[LedgerEvent, int]] = []
-  for sample, count in ledger_runs(ledger):
+  runs = ledger_runs(ledger)
+  units = sorted({str(sample.privacy_unit) for sample, _ in runs})
+  if len(units) > 1:
+    raise PrivacyError(
+        f"The ledger mixes samples of privacy units {units}: epsilon is per "
+        f"one unit. Train each unit with its own optimizer and ledger (a "
+        f"per-user run needs lots of tf_dp.data.poisson_sampled_users from "
+        f"its first step).")
+  for sample, count in runs:
     event = LedgerEvent(sample.sampling, sample.sampling_probability,
                         sample_noise_multiplier(sample.sum_queries),
-                        sample.population_size, sample.examples_per_record)
+                        sample.population_size, sample.examples_per_record,
+                        sample.privacy_unit)
     if out and out[-1][0] == event:
       out[-1] = (event, out[-1][1] + count)
     else:
@@ -214,6 +233,29 @@ def _correlated_noise_epsilon(export, delta):
           "Gaussian sum queries as well: their composition is not "
           "accounted.")
   return correlated_noise_accounting.correlated_noise_epsilon(record, delta)
+def ledger_privacy_unit(ledger: LedgerLike) -> PrivacyUnit:
+  """The privacy unit of every sample of ``ledger`` (``"example"`` for an
+  empty ledger); raises ``PrivacyError`` if its samples mix units."""
+  runs = ledger_event_runs(ledger)
+  return PrivacyUnit(runs[0][0].privacy_unit if runs
+                     else PrivacyUnit.EXAMPLE)
+
+
+def epsilon_statement(epsilon: float, delta: float,
+                      privacy_unit: str = PrivacyUnit.EXAMPLE) -> str:
+  """``(epsilon, delta)`` as one sentence that names what it protects.
+
+  Example:
+    >>> epsilon_statement(1.25, 1e-5, "user")[:40]
+    '(epsilon = 1.25, delta = 1e-05)-DP per u'
+  """
+  unit = PrivacyUnit.check("privacy_unit", privacy_unit)
+  whom = ("one user (all their examples)" if unit is PrivacyUnit.USER
+          else "one example")
+  return (f"(epsilon = {epsilon:.4g}, delta = {delta:g})-DP per {unit}: "
+          f"adding or removing (or, for fixed-size lots, replacing) {whom} "
+          f"changes the probability of any outcome of training by at most a "
+          f"factor e^epsilon, except with probability delta.")
 
 
 def to_dp_accounting_events(ledger: LedgerLike) -> List[Any]:

@@ -10,17 +10,23 @@ A ledger export is a JSON object. Two versions exist; both are read:
   10^6-step run with constant hyperparameters is one run (~0.3 kB) instead
   of ~10^6 entries (~200 MB).
 
-A sample entry has exactly these keys (``SAMPLE_KEYS``; the first four are
-the sampling event, ``SAMPLING_EVENT_KEYS``):
+A sample entry has these keys (``SAMPLE_KEYS``; all but ``sum_queries``
+are the sampling event, ``SAMPLING_EVENT_KEYS``), ``privacy_unit`` optional:
 
-* ``population_size``: integer n >= 1, the number of records;
-* ``sampling_probability``: q in [0, 1], the probability that a record is
+* ``population_size``: integer n >= 1, the number of privacy units
+  (examples, or users when ``privacy_unit`` is ``"user"``);
+* ``sampling_probability``: q in [0, 1], the probability that a unit is
   in the sample (Poisson), or the sample size / n (fixed-size, shuffled);
 * ``sampling``: a ``tf_dp.sampling.Sampling`` value, ``"poisson"``,
   ``"fixed_size"`` or ``"shuffled"`` (what each means, and how
   ``"shuffled"`` is accounted, is said there);
 * ``examples_per_record``: integer >= 1 (the microbatch size, or 1);
-* ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0.
+* ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0;
+* ``privacy_unit``: a ``tf_dp.sampling.PrivacyUnit`` value, ``"example"``
+  or ``"user"``: what one record is, and what epsilon protects. Written
+  only for ``"user"``; an entry without it is ``"example"`` (every ledger
+  written before the unit existed). A reader that does not know the key
+  refuses the entry rather than account a user-level ledger per example.
 
 Every field is validated on reading; a bad field raises
 ``tf_dp.errors.LedgerFormatError`` (a ``ValueError``)
@@ -40,6 +46,7 @@ import numpy as np
 from tf_dp.analysis import checks
 from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 FORMAT_V1 = "tf_dp.privacy_ledger/1"
@@ -48,17 +55,22 @@ CURRENT_FORMAT = FORMAT_V2
 READABLE_FORMATS = (FORMAT_V1, FORMAT_V2)
 _FORMAT_PREFIX = "tf_dp.privacy_ledger/"
 
-# The buffer code of a kind is its index here (the enum's order).
+# The buffer code of a kind is its index here (the enum's order), plus
+# UNIT_CODE_STRIDE times the index of the privacy unit: codes 0-2 (every
+# buffer and checkpoint written before the unit existed) are per example.
 _KINDS = tuple(Sampling)
-
+_UNITS = tuple(PrivacyUnit)
+UNIT_CODE_STRIDE = 16
 
 
 class SamplingEvent(NamedTuple):
-  """How one sample was drawn (fields may be tensors inside a TF graph)."""
+  """How one sample was drawn (fields may be tensors inside a TF graph;
+  ``sampling`` and ``privacy_unit`` are Python strings)."""
   population_size: Any
   sampling_probability: Any
   sampling: str
   examples_per_record: Any
+  privacy_unit: str = PrivacyUnit.EXAMPLE
 
 
 class Sample(NamedTuple):
@@ -69,6 +81,7 @@ class Sample(NamedTuple):
   sampling: str
   examples_per_record: int
   sum_queries: Tuple[Tuple[float, float], ...]
+  privacy_unit: str = PrivacyUnit.EXAMPLE
 
 
 class Run(NamedTuple):
@@ -79,6 +92,8 @@ class Run(NamedTuple):
 
 SAMPLING_EVENT_KEYS = SamplingEvent._fields
 SAMPLE_KEYS = Sample._fields
+# Keys a sample entry may leave out, with the value their absence means.
+OPTIONAL_SAMPLE_KEYS = {"privacy_unit": PrivacyUnit.EXAMPLE}
 QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
 
 
@@ -92,22 +107,39 @@ def _real(where, value, low, high):
   return checks.check_real(where, value, low=low, high=high)
 
 
-def sampling_code(kind: str) -> int:
-  """The buffer code of a sampling kind (its index in ``Sampling``).
+def sampling_code(kind: str, privacy_unit: str = PrivacyUnit.EXAMPLE) -> int:
+  """The buffer code of a sampling kind and privacy unit: the kind's index
+  in ``Sampling`` plus ``UNIT_CODE_STRIDE`` times the unit's index in
+  ``PrivacyUnit`` (per-example codes are the kinds' indices).
 
-  ``kind`` is a Python value (the sampling is static in a TF graph).
+  ``kind`` and ``privacy_unit`` are Python values (static in a TF graph).
   """
-  return _KINDS.index(Sampling.check("sampling", kind))
+  unit = PrivacyUnit.check("privacy_unit", privacy_unit)
+  return (_KINDS.index(Sampling.check("sampling", kind))
+          + UNIT_CODE_STRIDE * _UNITS.index(unit))
+
+
+def _decode_code(code, where):
+  value = (float(code) if isinstance(code, numbers.Real)
+           and not isinstance(code, bool) else math.nan)
+  kind, unit = (divmod(int(value), UNIT_CODE_STRIDE)[::-1]
+                if value == value and value == int(value) and value >= 0
+                else (-1, -1))
+  if not (0 <= kind < len(_KINDS) and 0 <= unit < len(_UNITS)):
+    raise LedgerFormatError(
+        f"{where} must be an index into {_KINDS} plus {UNIT_CODE_STRIDE} "
+        f"times an index into {_UNITS}; got {code!r}.")
+  return _KINDS[kind], _UNITS[unit]
 
 
 def sampling_kind(code: Any, where: str = "sampling code") -> Sampling:
-  """The sampling kind of a buffer code (a float or int index)."""
-  value = (float(code) if isinstance(code, numbers.Real)
-           and not isinstance(code, bool) else math.nan)
-  if not 0 <= value < len(_KINDS) or value != int(value):
-    raise LedgerFormatError(f"{where} must be an index into {_KINDS}; got "
-                            f"{code!r}.")
-  return _KINDS[int(value)]
+  """The sampling kind of a buffer code (a float or int)."""
+  return _decode_code(code, where)[0]
+
+
+def privacy_unit(code: Any, where: str = "sampling code") -> PrivacyUnit:
+  """The privacy unit of a buffer code (a float or int)."""
+  return _decode_code(code, where)[1]
 
 
 def check_query(raw: Any, where: str) -> Tuple[float, float]:
@@ -128,13 +160,15 @@ def check_sample(raw: Any, where: str,
                  extra_keys: Iterable[str] = ()) -> Sample:
   """One sample entry as a validated ``Sample`` (see the module docstring).
 
-  ``extra_keys`` are allowed and ignored (``"count"`` in runs).
+  ``extra_keys`` are allowed and ignored (``"count"`` in runs); an
+  ``OPTIONAL_SAMPLE_KEYS`` key left out takes its default.
   """
   if not isinstance(raw, dict):
     raise ValueError(f"{where} must be a dict with keys {SAMPLE_KEYS}; got "
                      f"{raw!r}.")
   unknown = sorted(set(raw) - set(SAMPLE_KEYS) - set(extra_keys))
-  missing = [k for k in SAMPLE_KEYS if k not in raw]
+  missing = [k for k in SAMPLE_KEYS
+             if k not in raw and k not in OPTIONAL_SAMPLE_KEYS]
   if unknown or missing:
     raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
                      f"{missing}, unknown {unknown}.")
@@ -149,7 +183,9 @@ def check_sample(raw: Any, where: str,
       _int_at_least(f"{where}.examples_per_record",
                     raw["examples_per_record"], 1),
       tuple(check_query(q, f"{where}.sum_queries[{j}]")
-            for j, q in enumerate(queries)))
+            for j, q in enumerate(queries)),
+      PrivacyUnit.check(f"{where}.privacy_unit",
+                        raw.get("privacy_unit", PrivacyUnit.EXAMPLE)))
 
 
 def merge_runs(runs: Iterable[Run]) -> List[Run]:
@@ -253,10 +289,16 @@ def _decode(data):
 
 
 def sample_to_dict(sample: Sample) -> Dict[str, Any]:
-  """A ``Sample`` as a (fresh) JSON-ready dict."""
+  """A ``Sample`` as a (fresh) JSON-ready dict (``privacy_unit`` only when
+  it is not ``"example"``)."""
   entry = dict(sample._asdict())
   entry["sum_queries"] = [dict(zip(QUERY_KEYS, q))
                           for q in sample.sum_queries]
+  for key, default in OPTIONAL_SAMPLE_KEYS.items():
+    if entry[key] == default:
+      del entry[key]
+    else:
+      entry[key] = str(entry[key])
   return entry
 
 
@@ -293,8 +335,10 @@ QUERY_ROW = ("sample_index",) + QUERY_KEYS
 
 def sample_row(event: Union[SamplingEvent, Sample]) -> List[Any]:
   """The buffer row of a ``SamplingEvent`` (or ``Sample``): its fields in
-  ``SAMPLE_ROW`` order, the sampling as its code. Works on tensors too."""
-  values = dict(event._asdict(), sampling_code=sampling_code(event.sampling))
+  ``SAMPLE_ROW`` order, the sampling and privacy unit as their code. Works
+  on tensors too."""
+  values = dict(event._asdict(), sampling_code=sampling_code(
+      event.sampling, event.privacy_unit))
   return [values[k] for k in SAMPLE_ROW]
 
 
@@ -341,13 +385,15 @@ def runs_from_buffers(samples: Any, queries: Any, n_samples: int,
   runs: List[Run] = []
   for i, end in zip(first, ends):
     row = dict(zip(SAMPLE_ROW, rows[i]))
+    kind, unit = _decode_code(row["sampling_code"], f"samples[{i}] code")
     sample = Sample(
         population_size=int(round(row["population_size"])),
         sampling_probability=float(row["sampling_probability"]),
-        sampling=sampling_kind(row["sampling_code"], f"samples[{i}] code"),
+        sampling=kind,
         examples_per_record=int(round(row["examples_per_record"])),
         sum_queries=tuple((float(c), float(s))
-                          for _, c, s in qrows[starts[i]:starts[i + 1]]))
+                          for _, c, s in qrows[starts[i]:starts[i + 1]]),
+        privacy_unit=unit)
     runs.append(Run(sample, int(end - i)))
   return runs
 

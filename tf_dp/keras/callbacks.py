@@ -8,6 +8,8 @@ accountant would compute after training.
 import warnings
 from typing import Any, Dict, Iterable, List, Optional
 
+from absl import logging
+
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
@@ -118,7 +120,9 @@ class PrivacyBudget(_Callback):
   callback interface itself). After each epoch ``logs["epsilon"]`` holds
   the epsilon of everything in the ledger (so it appears in the History and
   in TensorBoard, listed before or after this callback: ``make_private``'s
-  ``fit`` runs budgets before the other callbacks).
+  ``fit`` runs budgets before the other callbacks), and the log says what
+  it protects (``tf_dp.analysis.epsilon_statement``: "per example", or
+  "per user" for a ``privacy_unit="user"`` optimizer's ledger).
 
   Privacy contract: with ``target_epsilon``, the lots left are planned as
   lots of the largest kind that can come: Poisson lots of the sampler's q,
@@ -193,7 +197,7 @@ class PrivacyBudget(_Callback):
     lot = min(n, max(lot, engine.expected_lot_examples or 0))
     return ledger_accounting.LedgerEvent(
         last.sampling, lot / n, last.noise_multiplier, n,
-        last.examples_per_record), lot
+        last.examples_per_record, last.privacy_unit), lot
 
   def _plan(self):
     runs = ledger_accounting.ledger_event_runs(self.ledger)
@@ -255,6 +259,8 @@ class PrivacyBudget(_Callback):
     del epoch
     eps = self.epsilon()
     self.epsilons.append(eps)
+    logging.info("tf_dp: %s", ledger_accounting.epsilon_statement(
+        eps, self.delta, ledger_accounting.ledger_privacy_unit(self.ledger)))
     if logs is not None:
       logs["epsilon"] = eps
     if self.target_epsilon is not None:
