@@ -50,3 +50,41 @@ def test_a_custom_query_is_not_serialised():
     cfg.to_dict()
   assert config_lib.DPConfig(1.0, 1.0, population_size=10).to_dict()[
       "population_size"] == 10
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(privacy_unit="users"), "privacy_unit must be one of"),
+    (dict(max_examples_per_user=4), "needs privacy_unit='user'"),
+    (dict(privacy_unit="user"), "needs max_examples_per_user"),
+    (dict(privacy_unit="user", max_examples_per_user=0),
+     "needs max_examples_per_user"),
+    (dict(privacy_unit="user", max_examples_per_user=4, sampling="shuffled"),
+     "needs lots drawn over users: pass sampling='poisson'"),
+    (dict(privacy_unit="user", max_examples_per_user=4, num_microbatches=2),
+     "num_microbatches=2 cannot be combined with privacy_unit='user'"),
+    (dict(privacy_unit="user", max_examples_per_user=4,
+          metrics_noise_stddev=1.0), "metrics_noise_stddev=1.0 cannot"),
+])
+def test_privacy_unit_is_checked_with_what_it_needs(kwargs, match):
+  arguments = dict(l2_norm_clip=1.0, noise_multiplier=1.0,
+                   population_size=100, sampling="poisson",
+                   sampling_probability=0.1)
+  arguments.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    config_lib.DPConfig(**arguments)
+
+
+def test_user_level_config_round_trips_and_checks_the_ledger():
+  cfg = config_lib.DPConfig(1.0, 1.0, population_size=100,
+                            sampling="fixed_size", privacy_unit="user",
+                            max_examples_per_user=4)
+  assert cfg.privacy_unit == "user"
+  out = cfg.to_dict()
+  assert (out["privacy_unit"], out["max_examples_per_user"]) == ("user", 4)
+  assert type(out["privacy_unit"]) is str
+  assert config_lib.DPConfig(**out) == cfg
+  per_example = privacy_ledger.PrivacyLedger(100, 0.1, sampling="fixed_size")
+  with pytest.raises(ValueError, match="ledger was built with privacy_unit="
+                     "'example'"):
+    config_lib.DPConfig(1.0, 1.0, ledger=per_example, sampling="fixed_size",
+                        privacy_unit="user", max_examples_per_user=4)

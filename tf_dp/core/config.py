@@ -17,6 +17,7 @@ from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
@@ -57,6 +58,8 @@ class DPConfig:
   secure_mode: bool = False
   noise_strategy: Any = None
   max_passes: int = 1
+  privacy_unit: PrivacyUnit = PrivacyUnit.EXAMPLE
+  max_examples_per_user: Optional[int] = None
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
@@ -115,6 +118,7 @@ class DPConfig:
                        f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
     self.sampling = Sampling.check("sampling", self.sampling)
     self._check_noise_strategy()
+    self._check_privacy_unit()
     if self.ledger is not None:
       if not isinstance(self.ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a tf_dp.PrivacyLedger; got "
@@ -138,7 +142,8 @@ class DPConfig:
             "sampling='poisson' needs sampling_probability in (0, 1] (the q "
             "of tf_dp.data.poisson_sampled_batches); got "
             f"{self.sampling_probability!r}.")
-      if self.num_microbatches is not None:
+      if self.num_microbatches is not None and (
+          self.privacy_unit is PrivacyUnit.EXAMPLE):
         raise ValueError(
             "num_microbatches cannot be combined with sampling='poisson': "
             "Poisson-sampled examples do not form fixed microbatches. Use "
@@ -179,6 +184,41 @@ class DPConfig:
     self.noise_strategy.sensitivity(
         self.max_passes,
         self.noise_strategy.bands if self.max_passes > 1 else None)
+  def _check_privacy_unit(self):
+    """Validates ``privacy_unit`` and what it needs: a user-level step takes
+    lots drawn over users (Poisson or fixed-size, from
+    ``tf_dp.data.poisson_sampled_users`` / ``fixed_size_sampled_users``),
+    each user's ``max_examples_per_user`` rows as one record."""
+    self.privacy_unit = PrivacyUnit.check("privacy_unit", self.privacy_unit)
+    k = self.max_examples_per_user
+    if self.privacy_unit is PrivacyUnit.EXAMPLE:
+      if k is not None:
+        raise ValueError(
+            f"max_examples_per_user={k!r} is the cap of user-level lots; it "
+            f"needs privacy_unit='user'. Pass privacy_unit='user' (with lots "
+            f"from tf_dp.data.poisson_sampled_users), or leave "
+            f"max_examples_per_user out.")
+      return
+    if (isinstance(k, bool) or not isinstance(k, numbers.Integral)
+        or k < 1):
+      raise ValueError(
+          f"privacy_unit='user' needs max_examples_per_user, an integer >= 1 "
+          f"(the k of tf_dp.data.poisson_sampled_users: rows per user in a "
+          f"lot); got {k!r}.")
+    if self.sampling is Sampling.SHUFFLED:
+      raise SamplingMismatchError(
+          "privacy_unit='user' needs lots drawn over users: pass "
+          "sampling='poisson' (lots from tf_dp.data.poisson_sampled_users) or "
+          "sampling='fixed_size' (tf_dp.data.fixed_size_sampled_users); "
+          "shuffled batches of examples do not sample users.")
+    for name, value, why in (
+        ("num_microbatches", self.num_microbatches,
+         "a user's rows are the record"),
+        ("metrics_noise_stddev", self.metrics_noise_stddev,
+         "private metrics clip each example, not each user")):
+      if value is not None:
+        raise ValueError(f"{name}={value!r} cannot be combined with "
+                         f"privacy_unit='user' ({why}). Leave {name} out.")
 
   def _take_unset_values_from(self, ledger):
     """With a given ledger: n is the ledger's; ``sampling="shuffled"`` (the
@@ -208,6 +248,11 @@ class DPConfig:
           f"ledger's.")
     if self.sampling is Sampling.POISSON and self.sampling_probability is None:
       self.sampling_probability = float(ledger.sampling_probability.numpy())
+    if ledger.privacy_unit != self.privacy_unit:
+      raise SamplingMismatchError(
+          f"privacy_unit={self.privacy_unit!r} but the given ledger was built "
+          f"with privacy_unit={ledger.privacy_unit!r}. Build the ledger with "
+          f"PrivacyLedger(..., privacy_unit={self.privacy_unit!r}).")
 
   def population_size_deferred(self) -> bool:
     """Whether ``population_size`` may come later, from the length of the
@@ -225,6 +270,7 @@ class DPConfig:
     out["sampling"] = self.sampling.value
     if self.noise_strategy is not None:
       out["noise_strategy"] = accounting.strategy_to_dict(self.noise_strategy)
+    out["privacy_unit"] = self.privacy_unit.value
     for key in ("dp_query", "ledger"):
       if out[key] is not None:
         raise ValueError(f"A DPOptimizer with a custom {key} cannot be "

@@ -95,7 +95,8 @@ def new_ledger(config: DPConfig, name: str = "privacy_ledger") -> PrivacyLedger:
   n = config.population_size or 1
   ledger = PrivacyLedger(n, config.sampling_probability or 1.0 / n,
                          sampling=config.sampling, examples_per_record=1,
-                         max_samples=config.max_lots, name=name)
+                         max_samples=config.max_lots, name=name,
+                         privacy_unit=config.privacy_unit)
   if config.noise_strategy is not None:
     strategy = config.noise_strategy
     ledger.attach_correlated_noise(CorrelatedNoiseLedger(
@@ -151,7 +152,10 @@ def sampling_event(config: DPConfig, ledger: PrivacyLedger, records: tf.Tensor,
   from ``config``, or inferred from ``fit``'s arrays); q is the sampler's
   ``config.sampling_probability`` for Poisson lots (the size drawn is
   private) and ``examples / n`` for fixed-size and shuffled lots; a record
-  holds ``examples / records`` examples with microbatches, else one.
+  holds ``examples / records`` examples with microbatches, else one. With
+  ``config.privacy_unit="user"`` the units are users: n is the number of
+  users, ``examples`` counts the lot's users, a record is one user, and the
+  event records the unit.
 
   Args:
     config: The ``DPConfig`` of the step.
@@ -172,7 +176,7 @@ def sampling_event(config: DPConfig, ledger: PrivacyLedger, records: tf.Tensor,
     per_record = examples / tf.cast(records, tf.float64)
   else:
     per_record = tf.constant(1.0, tf.float64)
-  return SamplingEvent(n, q, config.sampling, per_record)
+  return SamplingEvent(n, q, config.sampling, per_record, config.privacy_unit)
 
 
 def release(query: DPQuery, lot: Nest, global_state: Nest,

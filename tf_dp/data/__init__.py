@@ -1,5 +1,5 @@
 """Data helpers: Poisson and fixed-size sampling as the accountant assumes
-them, and loaders."""
+them, of examples or of users, and loaders."""
 
 from tf_dp.data.datasets import load_digits
 from tf_dp.data.datasets import load_mnist
@@ -7,3 +7,5 @@ from tf_dp.data.fixed_size import fixed_size_sampled_batches
 from tf_dp.data.lots import declare_sampling
 from tf_dp.data.lots import DeclaredSampling
 from tf_dp.data.poisson import poisson_sampled_batches
+from tf_dp.data.users import fixed_size_sampled_users
+from tf_dp.data.users import poisson_sampled_users

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.errors import SamplingMismatchError
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -44,18 +45,27 @@ class DeclaredSampling:
     batches_per_lot: Consecutive batches that make one lot.
     seed: The sampler's fixed seed, or None (fresh OS entropy): every
       dataset built with one seed draws the same lots.
+    privacy_unit: ``"example"``, or ``"user"``: the lots are drawn over
+      users (n and q count users), each user's ``max_examples_per_user``
+      consecutive rows of a batch holding that user's examples in the lot.
+    max_examples_per_user: k of user-level lots; None per example.
   """
   sampling: str
   sampling_probability: Optional[float]
   population_size: Optional[int]
   batches_per_lot: int
   seed: Optional[int] = None
+  privacy_unit: str = PrivacyUnit.EXAMPLE
+  max_examples_per_user: Optional[int] = None
 
 
 def declare_sampling(dataset: tf.data.Dataset, sampling: str,
                      sampling_probability: Optional[float] = None,
                      population_size: Optional[int] = None,
-                     batches_per_lot: int = 1) -> tf.data.Dataset:
+                     batches_per_lot: int = 1,
+                     privacy_unit: str = PrivacyUnit.EXAMPLE,
+                     max_examples_per_user: Optional[int] = None
+                     ) -> tf.data.Dataset:
   """Marks ``dataset`` as lots drawn with ``sampling`` and returns it.
 
   ``fit`` under ``DPOptimizer(sampling="poisson")`` or ``"fixed_size"``
@@ -85,6 +95,12 @@ def declare_sampling(dataset: tf.data.Dataset, sampling: str,
       ``population_size`` to equal it.
     batches_per_lot: Consecutive batches per lot (the optimizer's
       ``gradient_accumulation_steps``).
+    privacy_unit: ``"example"``, or ``"user"``: the lots are drawn over
+      users as declared (n and q count users), and each user in a lot
+      occupies ``max_examples_per_user`` consecutive rows of its batch
+      (padding rows of weight 0), holding at most that many of the user's
+      examples.
+    max_examples_per_user: k, with ``privacy_unit="user"`` only.
 
   Returns:
     ``dataset``.
@@ -118,9 +134,19 @@ def declare_sampling(dataset: tf.data.Dataset, sampling: str,
   if population_size is not None:
     population_size = checks.check_positive_int("population_size",
                                                 population_size)
+  unit = PrivacyUnit.check("privacy_unit", privacy_unit)
+  if (unit is PrivacyUnit.USER) != (max_examples_per_user is not None):
+    raise ValueError(
+        f"max_examples_per_user (got {max_examples_per_user!r}) is given "
+        f"exactly when privacy_unit='user' (got {privacy_unit!r}): it is "
+        f"the number of rows each user takes in a batch.")
+  if max_examples_per_user is not None:
+    max_examples_per_user = checks.check_positive_int(
+        "max_examples_per_user", max_examples_per_user)
   return _mark(dataset, DeclaredSampling(
       sampling, sampling_probability, population_size,
-      check_batches_per_lot(batches_per_lot)))
+      check_batches_per_lot(batches_per_lot), None, unit,
+      max_examples_per_user))
 
 
 def _mark(dataset, declared):
@@ -198,20 +224,25 @@ def lot_dataset(
     x: Any, y: Any, num_lots: int, seed: Optional[int], batches_per_lot: int,
     choose: Callable[[tf.Tensor], Tuple[tf.Tensor, Optional[tf.Tensor]]],
     stream: int, sampling: Sampling,
-    sampling_probability: Optional[float] = None) -> tf.data.Dataset:
+    sampling_probability: Optional[float] = None,
+    num_draws: Optional[int] = None,
+    users: Optional[Tuple[int, int]] = None) -> tf.data.Dataset:
   """``num_lots`` lots as ``batches_per_lot`` batches each, prefetched and
-  marked as drawn with ``sampling`` from the ``n`` examples.
+  marked as drawn with ``sampling`` from the ``n`` examples (or users).
 
   Args:
     x, y: In-memory arrays (or nests) with ``n`` examples.
     num_lots: Number of lots.
     seed: None (OS entropy) or an int for reproducible tests.
     batches_per_lot: Batches each lot is split into.
-    choose: ``f(uniforms [n]) -> (row indices, weights or None)``; the number
-      of rows must be a multiple of ``batches_per_lot``.
+    choose: ``f(uniforms [num_draws]) -> (row indices, weights or None)``;
+      the number of rows must be a multiple of ``batches_per_lot``.
     stream: An int that separates the samplers' random streams.
     sampling: What ``choose`` draws: ``"poisson"`` or ``"fixed_size"``.
     sampling_probability: q of Poisson lots.
+    num_draws: Uniforms per lot (default n).
+    users: ``(number of users, max_examples_per_user)`` when the lots are
+      drawn over users (the mark then says so), else None.
   """
   key = (int(np.frombuffer(os.urandom(8), np.int64)[0]) if seed is None
          else int(seed))
@@ -221,7 +252,7 @@ def lot_dataset(
 
   def sample(lot_seed):
     draws = tf.random.stateless_uniform(
-        [n], seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]))
+        [num_draws or n], seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]))
     index, weight = choose(draws)
     split = lambda t: tf.reshape(t, tf.concat(
         [[batches_per_lot, -1], tf.shape(t)[1:]], 0))
@@ -245,6 +276,9 @@ def lot_dataset(
                                      rerandomize_each_iteration=True)
   dataset = lot_seeds.take(num_lots).map(sample).unbatch().prefetch(
       tf.data.AUTOTUNE)
+  unit, population, k = PrivacyUnit.EXAMPLE, n, None
+  if users is not None:
+    unit, (population, k) = PrivacyUnit.USER, users
   return _mark(dataset, DeclaredSampling(
-      sampling, sampling_probability, n, batches_per_lot,
-      None if seed is None else int(seed)))
+      sampling, sampling_probability, population, batches_per_lot,
+      None if seed is None else int(seed), unit, k))

@@ -8,6 +8,10 @@ the replica merge) given what only a Keras model knows:
 * the query: a ``NestedQuery`` with a ``"grads"`` part, a ``"metrics"``
   part if private metrics are on, and a ``"bn/<layer>"`` part per
   ``DPBatchNormalization`` layer;
+* each batch's records: examples, microbatches, or users
+  (``privacy_unit="user"``: each user's ``max_examples_per_user``
+  consecutive rows, whose gradient is the sum of the user's example
+  gradients);
 * each batch's clipped sum, per part: the gradients by the fast path
   (``tf_dp.keras.fast``: ghost norms and per-layer rules) or by per-example
   gradients and ``tf_dp.core.vectorized.clipped_sum``; the batch-norm
@@ -148,6 +152,12 @@ class DPEngine(lot_engine.LotEngine):
       parts[METRICS] = DPMetricsQuery(classes, cfg.metrics_noise_stddev,
                                       secure_mode=cfg.secure_mode)
       part_templates[METRICS] = None
+    if self._bn_layers and cfg.privacy_unit == "user":
+      raise ValueError(
+          "DPBatchNormalization clips each example's statistics, not each "
+          "user's: it cannot be combined with privacy_unit='user'. Use "
+          "GroupNormalization or LayerNormalization "
+          "(tf_dp.keras.with_group_normalization(model)).")
     self.build_query(parts, part_templates)
     self.dp_metrics = {name: tf.Variable(float("nan"), trainable=False,
                                          name=f"dp_{name}")
@@ -168,16 +178,29 @@ class DPEngine(lot_engine.LotEngine):
     with tf.control_dependencies([done]):
       return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
 
+  def records_per_replica(self, x):
+    """``(records, reduction)`` of this replica's batch ``x``: the number
+    of records (None: one per example) and how a record's loss combines
+    its examples' (``"mean"``, or ``"sum"`` for users)."""
+    cfg = self.config
+    if cfg.privacy_unit == "user":
+      return (per_example.user_records(tf.nest.flatten(x)[0],
+                                       cfg.max_examples_per_user), "sum")
+    return self.microbatches_per_replica(), "mean"
+
   def clipped_batch_sum(self, model, loss_fn, x, y, sample_weight):
     """The batch's sum of preprocessed records (this replica's), per part.
 
-    Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``.
+    Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``;
+    with ``privacy_unit="user"`` the examples counted are the users present
+    (records holding a row of positive weight), the lot's units.
     """
     cfg = self.config
     params = self.sample_params()
     grad_params = params[GRADIENTS]
+    num_records, reduction = self.records_per_replica(x)
     fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight,
-                                  grad_params)
+                                  grad_params, num_records, reduction)
     taps = None
     if fast is not None:
       grads_sum, y_pred, losses, records, taps = fast
@@ -192,8 +215,7 @@ class DPEngine(lot_engine.LotEngine):
       if hazard is not None:
         raise UnsupportedModelError(hazard)
       grads, y_pred, losses = per_example.record_gradients(
-          model, loss_fn, x, y, sample_weight,
-          self.microbatches_per_replica())
+          model, loss_fn, x, y, sample_weight, num_records, reduction)
       grads_sum = vectorized.clipped_sum(self.gradient_query, grad_params,
                                          grads)
       records = tf.shape(tf.nest.flatten(grads)[0])[0]
@@ -203,6 +225,11 @@ class DPEngine(lot_engine.LotEngine):
     if sample_weight is not None and cfg.sampling == Sampling.POISSON:
       present = tf.cast(tf.cast(sample_weight, tf.float32) > 0, tf.float32)
       examples = tf.reduce_sum(present)
+    if cfg.privacy_unit == "user":
+      examples = records
+      if present is not None:
+        examples = tf.reduce_sum(tf.reduce_max(
+            tf.reshape(present, [tf.cast(records, tf.int32), -1]), 1))
     batch_sum = {GRADIENTS: grads_sum}
     for key, layer in self._bn_layers.items():
       batch_sum[key] = self._bn_sum(key, params[key], taps[id(layer)],
@@ -232,7 +259,8 @@ class DPEngine(lot_engine.LotEngine):
     return vectorized.clipped_sum(self.part_query(METRICS), params,
                                   (labels, y_pred), weights=present)
 
-  def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params):
+  def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params,
+                        num_records, reduction):
     """The fast path's result, or None (after logging why) to fall back."""
     method = self.config.per_example_method
     if method == "vectorized":
@@ -241,13 +269,12 @@ class DPEngine(lot_engine.LotEngine):
               fast_clipping.fast_path_unavailable_reason(
                   model, self.gradient_query))
     if reason is None:
-      microbatches = self.microbatches_per_replica()
-      if microbatches is not None:
-        per_example.split_into_records(tf.nest.flatten(x)[0], microbatches)
+      if num_records is not None and reduction == "mean":
+        per_example.split_into_records(tf.nest.flatten(x)[0], num_records)
       try:
         result = fast_clipping.clipped_batch_sum(
             model, loss_fn, x, y, sample_weight, self.gradient_query, params,
-            microbatches, return_taps=True)
+            num_records, return_taps=True, record_reduction=reduction)
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
             fast_clipping.clipping_plan(model))

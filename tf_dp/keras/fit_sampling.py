@@ -17,6 +17,7 @@ import tensorflow as tf
 from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -215,6 +216,44 @@ def _training_data_digest(bound, examples):
 
 _SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_batches",
              Sampling.POISSON: "tf_dp.data.poisson_sampled_batches"}
+_USER_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_users",
+                  Sampling.POISSON: "tf_dp.data.poisson_sampled_users"}
+
+
+def _sampler(config):
+  """The sampler whose lots ``config`` declares."""
+  by_unit = (_USER_SAMPLERS if config.privacy_unit == PrivacyUnit.USER
+             else _SAMPLERS)
+  return by_unit[config.sampling]
+
+
+def _check_privacy_unit_of_lots(config, declared):
+  """Refuses lots drawn over another unit than ``config.privacy_unit``, or
+  user-level lots of another ``max_examples_per_user``."""
+  if declared.privacy_unit != config.privacy_unit:
+    if config.privacy_unit == PrivacyUnit.USER:
+      raise SamplingMismatchError(
+          f"DPOptimizer(privacy_unit='user') clips each user's rows as one "
+          f"record and accounts q and n over users, but fit was given lots "
+          f"drawn over examples: they do not sample users, and epsilon "
+          f"would not be per user. Draw the lots with {_sampler(config)}(x, "
+          f"y, user_ids, ..., max_examples_per_user="
+          f"{config.max_examples_per_user}).")
+    raise SamplingMismatchError(
+        f"fit was given lots drawn over users (privacy_unit='user', "
+        f"max_examples_per_user={declared.max_examples_per_user}), but the "
+        f"DPOptimizer's privacy_unit is 'example': it would clip each row "
+        f"alone and account q over users as if it were over examples. Pass "
+        f"DPOptimizer(..., privacy_unit='user', max_examples_per_user="
+        f"{declared.max_examples_per_user}, population_size=<users>), or draw "
+        f"lots over examples with {_SAMPLERS[config.sampling]}.")
+  if declared.max_examples_per_user != config.max_examples_per_user:
+    raise SamplingMismatchError(
+        f"fit was given user lots of max_examples_per_user="
+        f"{declared.max_examples_per_user} rows per user, but DPOptimizer("
+        f"max_examples_per_user={config.max_examples_per_user}) would read "
+        f"other rows as one user's record. Pass the same "
+        f"max_examples_per_user to the sampler and to DPOptimizer.")
 
 
 def check_sampling_of_fit_input(config, x, recorded_population_size,
@@ -293,17 +332,21 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
     else:
       given = (f"a {type(x).__name__}, which carries no sampling mark "
                f"(only a tf.data.Dataset can)")
+    user = config.privacy_unit == PrivacyUnit.USER
+    unit_arg = ", privacy_unit='user'" if user else ""
+    third = ("lots over users are drawn by a sampler only (Keras cannot "
+             "draw users)" if user else
+             "to train on arrays, use DPOptimizer(..., sampling=\"shuffled\")"
+             " (each example once per epoch; accounted as fixed-size "
+             "sampling, with a warning)")
     raise SamplingMismatchError(
         f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
-        f"{_SAMPLERS[sampling]}, but {call} was given {given}: the privacy "
+        f"{_sampler(config)}, but {call} was given {given}: the privacy "
         f"ledger would record {sampling} lots that were never drawn, and "
-        f"its epsilon would not hold. Fix it in one of three ways: (1) pass "
-        f"fit the dataset of {_SAMPLERS[sampling]}(x, y, ...) unchanged; "
-        f"(2) if your own sampler draws such lots, mark its dataset with "
-        f"tf_dp.data.declare_sampling(dataset, {sampling!r}, ...); or (3) "
-        f"to train on arrays, use DPOptimizer(..., sampling=\"shuffled\") "
-        f"(each example once per epoch; accounted as fixed-size sampling, "
-        f"with a warning).")
+        f"its epsilon would not hold. Fix it: (1) pass fit the dataset of "
+        f"{_sampler(config)}(x, y, ...) unchanged; (2) if your own sampler "
+        f"draws such lots, mark its dataset with tf_dp.data.declare_sampling"
+        f"(dataset, {sampling!r}, ...{unit_arg}); (3) {third}.")
   what = f"sampling={declared.sampling!r}"
   if declared.sampling_probability is not None:
     what += f", sampling_probability={declared.sampling_probability!r}"
@@ -314,6 +357,7 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         f"ledger would record the lots as {sampling} lots (of their padded "
         f"size), and its epsilon would not hold. Build the DPOptimizer "
         f"with {what}, or train on lots drawn as it declares.")
+  _check_privacy_unit_of_lots(config, declared)
   if sampling == Sampling.POISSON and not math.isclose(
       declared.sampling_probability, config.sampling_probability,
       rel_tol=1e-12):
@@ -337,7 +381,8 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
   if declared.population_size not in (None, recorded_population_size):
     raise SamplingMismatchError(
         f"fit was given {sampling} lots drawn from n = "
-        f"{declared.population_size} examples, but the DPOptimizer's ledger "
+        f"{declared.population_size} {declared.privacy_unit}s, but the "
+        f"DPOptimizer's ledger "
         f"records population_size={recorded_population_size}: it would "
         f"account the lots with the wrong n. Pass population_size="
         f"{declared.population_size} (and give its ledger that n).")

@@ -23,6 +23,7 @@ from tf_dp.keras.backend import dp_classes
 from tf_dp.keras.optimizer_base import DPOptimizerMixin
 from tf_dp.keras.optimizer_base import is_dp_optimizer
 from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -49,7 +50,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
   """Wraps a Keras optimizer so that it trains with DP-SGD.
 
   Privacy contract: for each record (one example, or one microbatch of
-  ``batch_size / num_microbatches`` examples) the gradient of its mean loss
+  ``batch_size / num_microbatches`` examples, whose gradient is that of its
+  mean loss; or, with ``privacy_unit="user"``, one user, whose gradient is
+  the SUM of the gradients of the user's examples in the lot) the gradient
   is clipped to ``l2_norm_clip`` (by the ``DPQuery``); the clipped gradients
   of a lot (``gradient_accumulation_steps`` batches) are summed and
   N(0, (noise_multiplier * l2_norm_clip)^2 I) is added **once per lot**; the
@@ -57,7 +60,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
   its expected number ``q * n`` (Poisson); regularisation losses, which do not
   depend on the data, are added outside the clipped sum; the wrapped
   optimizer applies the result. The ledger records one sample per lot:
-  ``(n, q, sampling, examples_per_record)`` and every Gaussian sum query.
+  ``(n, q, sampling, examples_per_record, privacy_unit)`` and every
+  Gaussian sum query; with ``privacy_unit="user"``, n counts users and q is
+  the probability that a user is in a lot, so epsilon is per user.
 
   Args:
     optimizer: A Keras optimizer (Keras 3 or Keras 2; any algorithm) or its
@@ -107,6 +112,15 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       vector of norm <= sqrt(3), and N(0, metrics_noise_stddev^2) is added to
       the counts once per lot, in the same ledger sample. ``fit`` then logs
       ``dp_accuracy`` (computed from the noised counts of the last lot).
+    privacy_unit: ``"example"`` (default) or ``"user"``: what one record
+      is, and what epsilon protects (``tf_dp.sampling.PrivacyUnit``). With
+      ``"user"``, train on lots of ``tf_dp.data.poisson_sampled_users``
+      (``sampling="poisson"``) or ``fixed_size_sampled_users``
+      (``"fixed_size"``): each user's ``max_examples_per_user``
+      consecutive rows of a batch are one record, ``population_size`` is
+      the number of users and ``sampling_probability`` the q over users.
+    max_examples_per_user: k, the rows per user of those lots (with
+      ``privacy_unit="user"`` only).
     secure_mode: Draw the noise from the operating system's cryptographic
       generator with a floating-point hardened Gaussian sampler
       (``tf_dp.dp_query.noise``): slower, and not available under XLA. In
@@ -148,7 +162,10 @@ class DPOptimizer(metaclass=_DPOptimizerType):
               max_lots: int = 100000, per_example_method: str = "auto",
               metrics_noise_stddev: Optional[float] = None,
               secure_mode: bool = False, noise_strategy: Any = None,
-              max_passes: int = 1, name: Optional[str] = None) -> Any:
+              max_passes: int = 1,
+              privacy_unit: Union[PrivacyUnit, str] = PrivacyUnit.EXAMPLE,
+              max_examples_per_user: Optional[int] = None,
+              name: Optional[str] = None) -> Any:
     del cls  # Returns the optimizer of the wrapped optimizer's flavour.
     inner = _resolve_inner(optimizer)
     cfg = config_lib.DPConfig(
@@ -161,6 +178,8 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         clipping=clipping, noise_allocation=noise_allocation,
         max_lots=max_lots, per_example_method=per_example_method,
         metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode,
-        noise_strategy=noise_strategy, max_passes=max_passes)
+        noise_strategy=noise_strategy, max_passes=max_passes,
+        privacy_unit=privacy_unit,
+        max_examples_per_user=max_examples_per_user)
     dp_class = dp_classes.dp_optimizer_class(backend.for_object(inner))
     return dp_class(inner, cfg, name=name)

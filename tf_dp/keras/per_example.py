@@ -4,7 +4,9 @@ The model is re-run on each record inside the mapped function (a forward and
 a backward pass per record), which is O(batch) work, unlike the jacobian of
 the loss vector (O(batch^2)). A record is one example, or one microbatch of
 ``batch_size / num_microbatches`` consecutive examples whose gradient is the
-mean over its examples.
+mean over its examples, or one user (``privacy_unit="user"``): the
+``max_examples_per_user`` consecutive rows a user sampler gives each user,
+whose gradient is the sum over the user's examples.
 
 A batch with ``tf.RaggedTensor`` or ``tf.SparseTensor`` inputs (token ids of
 varying length) is computed by a ``tf.map_fn`` loop instead: each record is
@@ -134,7 +136,8 @@ def _examples_per_record(tensor, num_microbatches):
              f"num_microbatches and drop_remainder=True in tf.data (a short "
              f"last batch cannot be split into equal microbatches).")
   static_batch = tensor.shape[0]
-  if static_batch is not None and static_batch % num_microbatches:
+  if (static_batch is not None and not tf.is_tensor(num_microbatches)
+      and static_batch % num_microbatches):
     raise ValueError(message + f" Got a batch of {static_batch}.")
   batch = batch_size(tensor)
   tf.debugging.assert_equal(batch % num_microbatches, 0, message=message)
@@ -168,9 +171,36 @@ def split_into_records(tensor, num_microbatches):
       [[num_microbatches, per_record], tf.shape(tensor)[1:]], axis=0))
 
 
+def user_records(tensor, max_examples_per_user):
+  """The number of users of a batch laid out by a user sampler: each user's
+  ``max_examples_per_user`` consecutive rows (padding rows of weight 0
+  where the user has fewer examples). Asserts that the rows divide."""
+  message = (f"tf_dp: privacy_unit='user' takes each user's "
+             f"max_examples_per_user={max_examples_per_user} consecutive rows "
+             f"as one record, and the batch's rows are not a multiple of it. "
+             f"Feed lots of tf_dp.data.poisson_sampled_users or "
+             f"fixed_size_sampled_users with the same max_examples_per_user.")
+  static_batch = tensor.shape[0]
+  if static_batch is not None and static_batch % max_examples_per_user:
+    raise ValueError(message + f" Got a batch of {static_batch} rows.")
+  batch = batch_size(tensor)
+  with tf.control_dependencies([tf.debugging.assert_equal(
+      batch % max_examples_per_user, 0, message=message)]):
+    return tf.identity(batch // max_examples_per_user)
+
+
+def record_loss(losses, record_reduction):
+  """A record's loss from its examples' ``losses``: ``"mean"`` (an example
+  or a microbatch) or ``"sum"`` (a user: the sum of the user's examples'
+  gradients is the record's gradient)."""
+  if record_reduction == "sum":
+    return tf.reduce_sum(losses, -1)
+  return tf.reduce_mean(losses, -1)
+
+
 def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
-                     num_microbatches=None):
-  """Gradients of each record's mean loss w.r.t. the trainable variables.
+                     num_microbatches=None, record_reduction="mean"):
+  """Gradients of each record's loss w.r.t. the trainable variables.
 
   Args:
     model: A Keras model.
@@ -179,7 +209,10 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     x, y: The batch (nests of tensors with a leading batch axis).
     sample_weight: ``[batch]`` weights, a nest of them (one per output, as
       Keras passes them for several outputs), or None.
-    num_microbatches: None for per-example records.
+    num_microbatches: None for per-example records, else the number of
+      records (of equal numbers of consecutive examples).
+    record_reduction: ``"mean"`` (a record's loss is the mean of its
+      examples' losses) or ``"sum"`` (user records).
 
   Returns:
     ``(grads, y_pred, losses)``: grads is a list (one per trainable variable)
@@ -200,7 +233,7 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
     with tf.GradientTape() as tape:
       pred = model(xi, training=True)
       losses = per_example_loss_fn(yi, pred, wi)
-      loss = tf.reduce_mean(losses)
+      loss = record_loss(losses, record_reduction)
     grads = gradients_or_zeros(tape.gradient(loss, variables), variables)
     return grads, pred, losses
 

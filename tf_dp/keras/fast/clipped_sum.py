@@ -34,6 +34,7 @@ import tensorflow as tf
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
+from tf_dp.keras import per_example
 from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
@@ -243,7 +244,9 @@ def _in_float32(tap):
 
 def _records(tensor, num_microbatches):
   batch = tf.shape(tensor)[0]
-  return batch if num_microbatches is None else tf.constant(num_microbatches)
+  if num_microbatches is None:
+    return batch
+  return tf.convert_to_tensor(num_microbatches, tf.int32)
 
 
 def _check_taps_cover(units, rules, variables, read_outside, read_inside):
@@ -367,8 +370,17 @@ def _prepare(rule, unit, taps, outputs, grads, records):
 
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
-                      num_microbatches=None, return_taps=False):
+                      num_microbatches=None, return_taps=False,
+                      record_reduction="mean"):
   """Sum over the batch's records of ``query.preprocess_record(grads)``.
+
+  A record is one example, or ``batch / num_microbatches`` consecutive
+  examples whose losses are averaged (``record_reduction="mean"``: a
+  microbatch) or summed (``"sum"``: a user, whose gradient is the sum of
+  the user's example gradients). Every rule treats a record's examples as
+  positions of one record, so its norms are those of the record's whole
+  gradient (cross terms between the record's examples included) and stay
+  certified upper bounds.
 
   Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
   plus the taps by layer id if ``return_taps``.
@@ -388,7 +400,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
     with tf.GradientTape() as tape, session.outside_reads() as outside:
       y_pred = model(x, training=True)
       losses = loss_fn(y, y_pred, sample_weight)
-      record_losses = tf.reduce_mean(tf.reshape(losses, [records, -1]), 1)
+      record_losses = per_example.record_loss(
+          tf.reshape(losses, [records, -1]), record_reduction)
       total = tf.reduce_sum(record_losses)
   _check_taps_cover(units, rules, variables, outside.watched_variables(),
                     [session.reads.get(id(u), []) for u in units])

@@ -1,0 +1,189 @@
+"""privacy_unit="user": a record is one user's rows, whose gradient is the
+sum of the user's example gradients, clipped as one (fast and vectorized
+paths against a per-user Python loop)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tf_dp.errors import SamplingMismatchError
+from tests.keras import helpers
+
+KERAS = helpers.keras_modules()
+K_ROWS = 3  # max_examples_per_user: rows per user in a batch.
+
+
+def _weights(model):
+  return [np.asarray(v.numpy(), np.float64) for v in model.trainable_variables]
+
+
+def user_layout(kind, users, seed=0):
+  """``users`` blocks of K_ROWS rows: user u has 1 + u % K_ROWS examples,
+  the rest of its block is padding (zeros, weight 0)."""
+  x, y = helpers.make_data(kind, users * K_ROWS, seed=seed)
+  w = np.zeros(users * K_ROWS, np.float32)
+  for u in range(users):
+    w[u * K_ROWS:u * K_ROWS + 1 + u % K_ROWS] = 1.0
+  x = np.where(w.reshape((-1,) + (1,) * (x.ndim - 1)) > 0, x, 0).astype(
+      x.dtype)
+  return x, np.where(w > 0, y, 0).astype(y.dtype), w
+
+
+def user_gradients(model, x, y, w):
+  """Each user's gradient, float64: the sum over the user's rows of the
+  weighted example losses' gradients, one example at a time."""
+  loss_fn = lambda yt, yp: tf.keras.backend.sparse_categorical_crossentropy(
+      yt, yp, from_logits=True)
+  variables = model.trainable_variables
+  out = []
+  for u in range(len(x) // K_ROWS):
+    total = [np.zeros(v.shape, np.float64) for v in variables]
+    for i in range(u * K_ROWS, (u + 1) * K_ROWS):
+      if w[i] == 0:
+        continue
+      with tf.GradientTape() as tape:
+        loss = w[i] * tf.reduce_sum(loss_fn(y[i:i + 1],
+                                            model(x[i:i + 1], training=False)))
+      total = [t + np.asarray(tf.convert_to_tensor(g), np.float64)
+               for t, g in zip(total, tape.gradient(loss, variables))]
+    out.append(total)
+  return out
+
+
+def clipped_user_sum(model, x, y, w, clip):
+  """The reference: sum over users of min(1, C / |g_u|) g_u."""
+  total = None
+  for grads in user_gradients(model, x, y, w):
+    norm = np.sqrt(sum(np.sum(g * g) for g in grads))
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    scaled = [g * scale for g in grads]
+    total = scaled if total is None else [a + b for a, b in zip(total, scaled)]
+  return total
+
+
+def user_optimizer(K, clip, n_users, method="auto", sampling="fixed_size",
+                   **kwargs):
+  if sampling == "poisson":
+    kwargs.setdefault("sampling_probability", 0.5)
+  return tf_dp.DPOptimizer(
+      K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=0.0,
+      population_size=n_users, sampling=sampling, privacy_unit="user",
+      max_examples_per_user=K_ROWS, per_example_method=method, **kwargs)
+
+
+def step_clipped_sum(K, model, x, y, w, clip, method, n_users=10):
+  """The clipped sum one fixed-size user-level step applies (noise 0,
+  SGD(1), denominator = the lot's users)."""
+  model = tf_dp.keras.make_private(model)
+  optimizer = user_optimizer(K, clip, n_users, method)
+  before = _weights(model)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  tf.function(optimizer.private_step)(model, loss, tf.constant(x),
+                                      tf.constant(y), tf.constant(w))
+  users = len(x) // K_ROWS
+  return [(b - a) * users for a, b in zip(_weights(model), before)], optimizer
+
+
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("kind, method", [
+    ("dense", "fast"), ("conv", "fast"), ("embedding", "fast"),
+    ("dense", "vectorized")])
+def test_each_users_summed_gradient_is_clipped_as_one(K, kind, method):
+  # Against a per-user loop (float64 sums of float32 example gradients;
+  # rtol 1e-4: float32 rounding of two computation orders). Clip 0.05
+  # binds every user, 100 none: the user's record is the SUM of its
+  # examples' gradients, not their mean, nor each example clipped alone.
+  x, y, w = user_layout(kind, 4)
+  for clip in (0.05, 100.0):
+    model = helpers.build_model(K, kind)
+    expected = clipped_user_sum(model, x, y, w, clip)
+    got, optimizer = step_clipped_sum(K, model, x, y, w, clip, method)
+    for a, b in zip(expected, got):
+      np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+  sample = optimizer.ledger.to_dict()["samples"][0]
+  assert sample["privacy_unit"] == "user"
+  assert (sample["population_size"], sample["examples_per_record"]) == (10, 1)
+  assert sample["sampling_probability"] == pytest.approx(4 / 10)  # users
+
+
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+@pytest.mark.parametrize("K", KERAS)
+def test_a_batch_that_does_not_divide_into_users_is_refused(K):
+  x, y = helpers.make_data("dense", 7)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  optimizer = user_optimizer(K, 1.0, 10)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with pytest.raises(ValueError, match="max_examples_per_user=3 consecutive "
+                     "rows as one record.*Got a batch of 7 rows"):
+    optimizer.private_step(model, loss, x, y)
+
+
+def user_data(users=12, seed=0):
+  """Examples of ``users`` users, user u holding 1 + u % 5 of them."""
+  ids = np.repeat(np.arange(users), [1 + u % 5 for u in range(users)])
+  x, y = helpers.make_data("dense", len(ids), seed=seed)
+  return x, y, ids
+
+
+def compiled(K, **kwargs):
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.1,
+      **kwargs), loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_fit_on_user_lots_records_a_per_user_ledger(K):
+  x, y, ids = user_data()
+  model = compiled(K, sampling="poisson", sampling_probability=0.5,
+                   population_size=12, privacy_unit="user",
+                   max_examples_per_user=K_ROWS)
+  lots = tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 4, K_ROWS)
+  model.fit(lots, epochs=1, verbose=0)
+  data = model.optimizer.ledger.to_dict()
+  assert len(data["samples"]) == 4
+  assert {(s["privacy_unit"], s["population_size"], s["sampling"],
+           s["sampling_probability"]) for s in data["samples"]} == {
+               ("user", 12, "poisson", 0.5)}
+  eps = tf_dp.analysis.compute_epsilon_from_ledger(model.optimizer.ledger,
+                                                   1e-5)[0]
+  # The accountant's epsilon at q over users, 4 lots (rel 1e-6: the
+  # ledger holds the noise stddev of a float32 query, 1.1 to 3e-8).
+  assert eps == pytest.approx(tf_dp.analysis.compute_dp_sgd_privacy(
+      n=12, batch_size=6, noise_multiplier=1.1, epochs=2, delta=1e-5)[0],
+                              rel=1e-6)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_mixing_units_is_refused_before_any_step(K):
+  x, y, ids = user_data()
+  user_kwargs = dict(sampling="poisson", sampling_probability=0.5,
+                     population_size=12, privacy_unit="user",
+                     max_examples_per_user=K_ROWS)
+  cases = [
+      (user_kwargs, tf_dp.data.poisson_sampled_batches(x, y, 0.5, 2),
+       r"privacy_unit='user'\) clips each user's rows.*lots drawn over "
+       r"examples.*poisson_sampled_users"),
+      (dict(user_kwargs, max_examples_per_user=2),
+       tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 2, K_ROWS),
+       r"max_examples_per_user=3 rows per user, but DPOptimizer\("
+       r"max_examples_per_user=2\)"),
+      (user_kwargs, (x, y), r"declares lots drawn by "
+       r"tf_dp.data.poisson_sampled_users.*Keras cannot draw users"),
+      (dict(sampling="poisson", sampling_probability=0.5, population_size=12),
+       tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 2, K_ROWS),
+       r"lots drawn over users.*privacy_unit is 'example'.*Pass "
+       r"DPOptimizer\(..., privacy_unit='user', max_examples_per_user=3"),
+  ]
+  for kwargs, data, match in cases:
+    model = compiled(K, **kwargs)
+    before = _weights(model)
+    fit_args = data if isinstance(data, tuple) else (data,)
+    with pytest.raises(SamplingMismatchError, match=match):
+      model.fit(*fit_args, epochs=1, verbose=0)
+    for a, b in zip(before, _weights(model)):
+      np.testing.assert_array_equal(a, b)
+    assert model.optimizer.ledger.to_dict()["samples"] == []
