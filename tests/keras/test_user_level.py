@@ -187,3 +187,33 @@ def test_mixing_units_is_refused_before_any_step(K):
     for a, b in zip(before, _weights(model)):
       np.testing.assert_array_equal(a, b)
     assert model.optimizer.ledger.to_dict()["samples"] == []
+
+
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+@pytest.mark.parametrize("K", KERAS)
+def test_a_user_level_optimizer_keeps_its_unit_through_its_config(K):
+  optimizer = user_optimizer(K, 1.0, 10)
+  again = type(optimizer).from_config(optimizer.get_config())
+  assert again.dp_config.privacy_unit == "user"
+  assert again.dp_config.max_examples_per_user == K_ROWS
+  assert again.dp_config == optimizer.dp_config
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_saved_user_level_model_loads_with_its_per_user_ledger(K, tmp_path):
+  x, y, ids = user_data()
+  model = compiled(K, sampling="poisson", sampling_probability=0.5,
+                   population_size=12, privacy_unit="user",
+                   max_examples_per_user=K_ROWS)
+  model.fit(tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 2, K_ROWS),
+            verbose=0)
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  loaded = tf_dp.keras.make_private(K.models.load_model(path))
+  assert loaded.optimizer.ledger.privacy_unit == "user"
+  assert loaded.optimizer.ledger.to_dict() == model.optimizer.ledger.to_dict()
+  assert loaded.optimizer.dp_config.max_examples_per_user == K_ROWS
+  loaded.fit(tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 2, K_ROWS),
+             verbose=0)
+  samples = loaded.optimizer.ledger.to_dict()["samples"]
+  assert len(samples) == 4 and {s["privacy_unit"] for s in samples} == {"user"}
