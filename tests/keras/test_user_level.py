@@ -2,6 +2,8 @@
 sum of the user's example gradients, clipped as one (fast and vectorized
 paths against a per-user Python loop)."""
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -136,13 +138,18 @@ def compiled(K, **kwargs):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_fit_on_user_lots_records_a_per_user_ledger(K):
+def test_fit_on_user_lots_records_a_per_user_ledger(K, caplog):
   x, y, ids = user_data()
   model = compiled(K, sampling="poisson", sampling_probability=0.5,
                    population_size=12, privacy_unit="user",
                    max_examples_per_user=K_ROWS)
   lots = tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 4, K_ROWS)
-  model.fit(lots, epochs=1, verbose=0)
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5)
+  with caplog.at_level(logging.INFO, logger="absl"):
+    model.fit(lots, epochs=1, verbose=0, callbacks=[budget])
+  assert f"(epsilon = {budget.epsilons[0]:.4g}, delta = 1e-05)-DP per user: " \
+      "adding or removing (or, for fixed-size lots, replacing) one user (all " \
+      "their examples)" in caplog.text
   data = model.optimizer.ledger.to_dict()
   assert len(data["samples"]) == 4
   assert {(s["privacy_unit"], s["population_size"], s["sampling"],

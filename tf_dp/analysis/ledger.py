@@ -134,13 +134,7 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
   """
   out: List[Tuple[LedgerEvent, int]] = []
   runs = ledger_runs(ledger)
-  units = sorted({str(sample.privacy_unit) for sample, _ in runs})
-  if len(units) > 1:
-    raise PrivacyError(
-        f"The ledger mixes samples of privacy units {units}: epsilon is per "
-        f"one unit. Train each unit with its own optimizer and ledger (a "
-        f"per-user run needs lots of tf_dp.data.poisson_sampled_users from "
-        f"its first step).")
+  _privacy_unit_of_runs(runs)
   for sample, count in runs:
     event = LedgerEvent(sample.sampling, sample.sampling_probability,
                         sample_noise_multiplier(sample.sum_queries),
@@ -233,12 +227,27 @@ def _correlated_noise_epsilon(export, delta):
           "Gaussian sum queries as well: their composition is not "
           "accounted.")
   return correlated_noise_accounting.correlated_noise_epsilon(record, delta)
+
+
+def _privacy_unit_of_runs(runs):
+  units = sorted({str(sample.privacy_unit) for sample, _ in runs})
+  if len(units) > 1:
+    raise PrivacyError(
+        f"The ledger mixes samples of privacy units {units}: epsilon is per "
+        f"one unit. Train each unit with its own optimizer and ledger (a "
+        f"per-user run needs lots of tf_dp.data.poisson_sampled_users from "
+        f"its first step).")
+  return PrivacyUnit(units[0] if units else PrivacyUnit.EXAMPLE)
+
+
 def ledger_privacy_unit(ledger: LedgerLike) -> PrivacyUnit:
   """The privacy unit of every sample of ``ledger`` (``"example"`` for an
-  empty ledger); raises ``PrivacyError`` if its samples mix units."""
-  runs = ledger_event_runs(ledger)
-  return PrivacyUnit(runs[0][0].privacy_unit if runs
-                     else PrivacyUnit.EXAMPLE)
+  empty ledger).
+
+  Raises:
+    PrivacyError: if its samples mix units.
+  """
+  return _privacy_unit_of_runs(ledger_runs(ledger))
 
 
 def epsilon_statement(epsilon: float, delta: float,
