@@ -140,10 +140,14 @@ def compiled(K, **kwargs):
 @pytest.mark.parametrize("K", KERAS)
 def test_fit_on_user_lots_records_a_per_user_ledger(K, caplog):
   x, y, ids = user_data()
+  # Lots of two batches (gradient accumulation): whole users per batch,
+  # one ledger sample per lot.
   model = compiled(K, sampling="poisson", sampling_probability=0.5,
                    population_size=12, privacy_unit="user",
-                   max_examples_per_user=K_ROWS)
-  lots = tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 4, K_ROWS)
+                   max_examples_per_user=K_ROWS,
+                   gradient_accumulation_steps=2)
+  lots = tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 4, K_ROWS,
+                                          batches_per_lot=2)
   budget = tf_dp.keras.PrivacyBudget(delta=1e-5)
   with caplog.at_level(logging.INFO, logger="absl"):
     model.fit(lots, epochs=1, verbose=0, callbacks=[budget])
