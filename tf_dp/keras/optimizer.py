@@ -179,7 +179,7 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         max_lots=max_lots, per_example_method=per_example_method,
         metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode,
         noise_strategy=noise_strategy, max_passes=max_passes,
-        privacy_unit=privacy_unit,
+        privacy_unit=PrivacyUnit.check("privacy_unit", privacy_unit),
         max_examples_per_user=max_examples_per_user)
     dp_class = dp_classes.dp_optimizer_class(backend.for_object(inner))
     return dp_class(inner, cfg, name=name)
