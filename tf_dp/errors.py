@@ -10,6 +10,13 @@ argument. Pure Python.
 class PrivacyError(ValueError):
   """Going on would break the privacy guarantee or its accounting."""
 
+  # Raised while TensorFlow traces a step (a Keras train function, a
+  # tf.function), the error reaches the caller as itself, so that
+  # ``except ValueError`` and ``except PrivacyError`` still catch it:
+  # AutoGraph would otherwise replace a subclass it does not know with its
+  # StagingError.
+  ag_pass_through = True
+
 
 class UnsupportedModelError(PrivacyError):
   """A model part whose per-example gradients cannot be clipped (it mixes
@@ -42,3 +49,5 @@ class RecordStructureError(ValueError, TypeError):
   """A record (or state) whose nest differs from the one a query was built
   for: a ``ValueError``, and a ``TypeError`` as ``tf.nest`` raises for a
   sequence of another type (a tuple for a list)."""
+
+  ag_pass_through = True  # As PrivacyError's: keeps its type when traced.

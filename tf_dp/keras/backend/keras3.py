@@ -8,7 +8,7 @@ first use, so importing this module never needs Keras 3 installed.
 
 import tensorflow as tf
 
-from tf_dp.errors import UnsupportedModelError
+from tf_dp import errors
 
 NAME = "keras3"
 
@@ -147,13 +147,13 @@ def make_randomness_per_example(layer):
   elif hasattr(layer, "recurrent_dropout") or hasattr(layer, "cell"):
     if (getattr(layer, "dropout", 0) or 0) > 0 or (
         getattr(layer, "recurrent_dropout", 0) or 0) > 0:
-      raise UnsupportedModelError(
+      raise errors.UnsupportedModelError(
           f"Layer {layer.name!r} ({cls}) uses dropout inside a Keras 3 RNN "
           f"cell, whose masks would be shared by all examples under "
           f"tf.vectorized_map. Set dropout=0 and recurrent_dropout=0, and "
           f"put a keras.layers.Dropout before or after the RNN instead.")
   elif getattr(layer, "seed_generator", None) is not None:
-    raise UnsupportedModelError(
+    raise errors.UnsupportedModelError(
         f"Layer {layer.name!r} ({cls}) draws randomness from a Keras 3 "
         f"SeedGenerator; inside tf.vectorized_map every example would get "
         f"the same draw. Replace it with a layer that uses tf.random ops.")
