@@ -10,6 +10,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 """
 
 import types
+import warnings
 from typing import Any
 
 from absl import logging
@@ -129,6 +130,20 @@ def _class_weights_into_lots(args, kwargs):
       data_lots.with_class_weights(x, class_weight))
 
 
+JIT_COMPILE_WARNING = (
+    "jit_compile=True: XLA compiles tf_dp's DP step again for every batch "
+    "(the batch and the weights become compile-time constants of the XLA "
+    "cluster; measured on a 2-core CPU: 21 s per step, against 14 ms per "
+    "step without XLA). Privacy is unaffected; for speed, compile with "
+    "jit_compile=False.")
+
+
+def _warn_if_jit_compile(model):
+  """Warns when ``model`` was compiled with ``jit_compile=True``."""
+  if getattr(model, "jit_compile", False) is True:
+    warnings.warn(JIT_COMPILE_WARNING, stacklevel=3)
+
+
 def _dp_fit(self, *args, **kwargs):
   """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
@@ -147,6 +162,7 @@ def _dp_fit(self, *args, **kwargs):
         bound, examples, engine.config.gradient_accumulation_steps)
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.check_correlated_noise_fit(engine, bound, examples)
+    _warn_if_jit_compile(self)
     if examples is not None:
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
