@@ -108,19 +108,12 @@ def compare(tune, batch, seq_len, rounds, steps, config=CONFIG):
   return statistics.median(t_plain), statistics.median(t_dp)
 
 
-def _status_kib(field):
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(field + ":"):
-        return int(line.split()[1])
-  raise KeyError(field)
-
-
 def memory_child(mode, tune, batch, seq_len):
   """Runs in a subprocess: prints peak memory in MiB (see the docstring)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
   import keras_hub  # pylint: disable=g-import-not-at-top,unused-import
   import tf_dp  # pylint: disable=g-import-not-at-top,unused-import
+  from step_time import _status_kib  # pylint: disable=g-import-not-at-top
   base = _status_kib("VmRSS")
   model = build(mode, tune, seq_len)
   data = dataset(batch, seq_len)

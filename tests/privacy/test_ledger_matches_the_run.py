@@ -97,7 +97,7 @@ def _check_passes(lots, n, lots_per_pass):
         sum(lots[start:start + lots_per_pass])[:n], np.ones(n, int))
 
 
-def _fit(K, model, lots, **kwargs):
+def _fit(model, lots, **kwargs):
   model.fit(verbose=0, callbacks=[lots.callback], **kwargs)
 
 
@@ -106,7 +106,7 @@ def test_arrays_with_a_short_last_batch(K):
   x, y = _data()
   model = _model(K)
   lots = _Lots(K, model)
-  _fit(K, model, lots, x=x, y=y, batch_size=BATCH, epochs=2)
+  _fit(model, lots, x=x, y=y, batch_size=BATCH, epochs=2)
   _check(lots.lots(), _samples(model), N)
   _check_passes(lots.lots(), N, 3)
 
@@ -116,7 +116,7 @@ def test_initial_epoch(K):
   x, y = _data()
   model = _model(K)
   lots = _Lots(K, model)
-  _fit(K, model, lots, x=x, y=y, batch_size=BATCH, epochs=3, initial_epoch=1)
+  _fit(model, lots, x=x, y=y, batch_size=BATCH, epochs=3, initial_epoch=1)
   assert len(lots.lots()) == 2 * 3
   _check(lots.lots(), _samples(model), N)
   _check_passes(lots.lots(), N, 3)
@@ -134,7 +134,7 @@ def test_lots_of_two_batches_with_steps_per_epoch(K):
   assert _samples(model) == []
   x, y = _data(12)
   lots = _Lots(K, model)
-  _fit(K, model, lots, x=x, y=y, batch_size=3, steps_per_epoch=4, epochs=3)
+  _fit(model, lots, x=x, y=y, batch_size=3, steps_per_epoch=4, epochs=3)
   assert len(lots.lots()) == 6
   _check(lots.lots(), _samples(model), 12)
   _check_passes(lots.lots(), 12, 2)
@@ -145,9 +145,9 @@ def test_two_fits_in_a_row_on_different_arrays(K):
   x, y = _data()
   model = _model(K)
   lots = _Lots(K, model)
-  _fit(K, model, lots, x=x, y=y, batch_size=BATCH, epochs=1)
+  _fit(model, lots, x=x, y=y, batch_size=BATCH, epochs=1)
   first = len(lots.lots())
-  _fit(K, model, lots, x=x[:7], y=y[:7], batch_size=BATCH, epochs=1)
+  _fit(model, lots, x=x[:7], y=y[:7], batch_size=BATCH, epochs=1)
   samples = _samples(model)
   _check(lots.lots()[:first], samples[:first], N)
   _check(lots.lots()[first:], samples[first:], 7)
@@ -185,7 +185,7 @@ def test_pipelines_with_a_given_population_size(K, kind):
   }[kind]
   model = _model(K, population_size=N)
   lots = _Lots(K, model)
-  _fit(K, model, lots, epochs=2, **fit_input)
+  _fit(model, lots, epochs=2, **fit_input)
   assert len(lots.lots()) == 6
   _check(lots.lots(), _samples(model), N)
   _check_passes(lots.lots(), N, 3)
@@ -198,7 +198,7 @@ def test_save_and_reload_between_fits(K, tmp_path):
   x, y = _data()
   model = _model(K)
   lots = _Lots(K, model)
-  _fit(K, model, lots, x=x, y=y, batch_size=BATCH, epochs=1)
+  _fit(model, lots, x=x, y=y, batch_size=BATCH, epochs=1)
   first = lots.lots()
   keras3 = K is backend.keras3_module()
   path = str(tmp_path / ("model.keras" if keras3 else "model.h5"))
@@ -207,7 +207,7 @@ def test_save_and_reload_between_fits(K, tmp_path):
   assert _samples(loaded) == _samples(model)
   loaded = tf_dp.keras.make_private(loaded)
   lots = _Lots(K, loaded)
-  _fit(K, loaded, lots, x=x[:11], y=y[:11], batch_size=BATCH, epochs=1)
+  _fit(loaded, lots, x=x[:11], y=y[:11], batch_size=BATCH, epochs=1)
   samples = _samples(loaded)
   _check(first, samples[:len(first)], N)
   _check(lots.lots(), samples[len(first):], 11)
