@@ -204,7 +204,10 @@ def _one_step(convert, optimizer_fn):
       1, kernel_initializer=K.initializers.Constant(0.3))])
   if convert:
     model = tf_dp.keras.make_private(model)
-  model.compile(optimizer=optimizer_fn(),
+  # Made before ``model.compile`` is looked up, as TF Privacy's tutorials
+  # do: the first DP optimizer of the process installs the conversion.
+  optimizer = optimizer_fn()
+  model.compile(optimizer=optimizer,
                 loss=K.losses.MeanSquaredError(reduction="none"))
   model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
   return model
@@ -253,3 +256,23 @@ def test_make_keras_optimizer_class():
   assert isinstance(optimizer.inner_optimizer, K.optimizers.RMSprop)
   assert int(optimizer.ledger.population_size.numpy()) == 60000
   assert dp_optimizer_keras.DPKerasSGDOptimizer is tfp.DPKerasSGDOptimizer
+
+
+def test_models_loaded_after_compile_conversion_keep_their_optimizer(
+    tmp_path):
+  """Making a compat optimizer wraps ``compile``; Keras still compiles a
+  model it loads afterwards (Keras 3 skips that for a class whose
+  ``compile`` is not ``Trainer.compile``)."""
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    tfp.DPKerasSGDOptimizer(1.0, 0.0, learning_rate=0.1,
+                            population_size=10)
+  model = K.Sequential([K.Input((3,)), K.layers.Dense(1)])
+  model.compile(optimizer=K.optimizers.SGD(0.1),
+                loss=K.losses.MeanSquaredError())
+  model.fit(np.ones((4, 3), "float32"), np.ones((4, 1), "float32"),
+            verbose=0)
+  keras3 = tf_dp.keras.backend.flavor_of(model) == "keras3"
+  path = str(tmp_path / ("model.keras" if keras3 else "model.h5"))
+  model.save(path)
+  loaded = K.models.load_model(path)
+  assert isinstance(loaded.optimizer, K.optimizers.SGD)

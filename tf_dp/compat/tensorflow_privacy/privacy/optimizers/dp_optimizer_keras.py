@@ -69,9 +69,17 @@ def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
 def _convert_models_on_compile():
   """Makes ``tf.keras.Model.compile`` (once) convert its model with
   ``make_private`` when it is given an optimizer of this module; any other
-  ``compile`` call is unchanged."""
+  ``compile`` call is unchanged.
+
+  The wrapper replaces ``compile`` on the class that defines it (Keras 3's
+  ``Trainer``, tf-keras's ``Model``), not on ``tf.keras.Model``: Keras 3
+  skips compiling a loaded model whose class's ``compile`` differs from
+  ``Trainer.compile``, so wrapping a subclass would leave every model
+  loaded afterwards in the process without its optimizer.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  model_class = tf.keras.Model
+  model_class = next(c for c in tf.keras.Model.__mro__
+                     if "compile" in vars(c))
   if getattr(model_class.compile, "converts_for_tf_dp", False):
     return
   keras_compile = model_class.compile
