@@ -114,3 +114,34 @@ def test_refuses_a_malformed_record():
     acc.correlated_noise_epsilon(missing, 1e-5)
   with pytest.raises(LedgerFormatError, match="format"):
     acc.correlated_noise_epsilon(record(s, format="x"), 1e-5)
+
+
+def test_a_run_stopped_early_is_accounted_for_its_released_rows():
+  # Banded, 2 of 40 steps: the rows released are C[:2, :2], whose first
+  # column holds c_0, c_1: sens^2 = c_0^2 + c_1^2 (< 1, the whole C's).
+  s = mf.banded_strategy(40, 4)
+  c = s.coefficients
+  r = record(s, steps_run=2)
+  assert acc.correlated_noise_epsilon(r, 1e-5) == pytest.approx(
+      pld_gaussian.gaussian_dp_epsilon(
+          1e-5, math.sqrt(c[0]**2 + c[1]**2) / 2), rel=1e-12)
+  # Tree of 16 leaves, 5 steps: leaf 0 is in the released nodes [0, 1),
+  # [0, 2), [0, 4): sens^2 = 3 = ceil(log2(5 + 1)) (Kairouz et al. 2021).
+  r = record(mf.tree_strategy(16), steps_run=5)
+  assert acc.correlated_noise_epsilon(r, 1e-5) == pytest.approx(
+      pld_gaussian.gaussian_dp_epsilon(1e-5, math.sqrt(3) / 2), rel=1e-12)
+
+
+def test_budget_plan_is_exact():
+  """max_steps_within_budget against epsilon_after_steps at every t."""
+  for strategy, per_pass in ((mf.banded_strategy(20, 4), 5),
+                             (mf.tree_strategy(16, 2), 4)):
+    eps = [acc.epsilon_after_steps(
+        strategy, t, 2.0, 1e-5, "replace_one", max(1, -(-t // per_pass)),
+        per_pass if t > per_pass else None)
+           for t in range(strategy.steps + 1)]
+    assert eps == sorted(eps) and eps[0] == 0.0
+    for target in (0.5 * (eps[3] + eps[4]), eps[7], eps[-1] + 1.0):
+      allowed = acc.max_steps_within_budget(strategy, 2.0, target, 1e-5,
+                                            per_pass)
+      assert allowed == max(t for t, e in enumerate(eps) if e <= target)

@@ -167,3 +167,122 @@ def test_strategy_checks_and_fingerprint():
   assert len({a.fingerprint(), b.fingerprint(), c.fingerprint()}) == 3
   assert a.fingerprint() == mf.Strategy(
       mf.BANDED_TOEPLITZ, 10, coefficients=(1.0, 0.5)).fingerprint()
+
+
+# Published values and closed forms from the papers' definitions.
+
+
+@pytest.mark.parametrize("s", [mf.tree_strategy(13), mf.tree_strategy(20, 2),
+                               mf.banded_strategy(12, 4),
+                               mf.banded_strategy(5, 1), mf.tree_strategy(1)])
+def test_released_sensitivity_is_that_of_the_released_rows(s):
+  """Closed-form column norms and span against the explicit released
+  matrix, for every prefix of the run and 1 to 3 participations."""
+  assert s.released_sensitivity(0) == 0.0
+  for t in range(1, s.steps + 1):
+    c = mf.released_matrix(s, t)
+    assert c.shape[1] == t
+    assert s.released_sensitivity(t) == pytest.approx(mf.sensitivity(c),
+                                                      rel=1e-12)
+    for k in (2, 3):
+      sep = s.bands
+      assert s.released_sensitivity(t, k, sep) == pytest.approx(
+          mf.sensitivity(c, k, sep), rel=1e-12)
+  # All steps run: the whole strategy's rows, except unreleased tree nodes.
+  if s.kind == mf.BANDED_TOEPLITZ or s.steps == s.bands:
+    assert s.released_sensitivity(s.steps) == pytest.approx(s.sensitivity(),
+                                                            rel=1e-12)
+  with pytest.raises(ValueError, match="steps_run"):
+    s.released_sensitivity(s.steps + 1)
+
+
+def test_tree_sensitivity_is_kairouz_et_al_ceil_log2_t_plus_1():
+  """Kairouz et al. 2021, "Practical and Private (Deep) Learning without
+  Sampling or Shuffling", Sec. 3 and App. D: in a binary tree over T
+  leaves one leaf is in at most ceil(log2(T + 1)) released nodes, so one
+  participation has L2 sensitivity sqrt(ceil(log2(T + 1))) (closed form of
+  the paper; a tree of 2^h leaves stopped after T steps releases the nodes
+  complete by then). With the tree restarted every epoch of T = 2^h steps,
+  E epochs have sensitivity sqrt(E * (h + 1)) (App. D, restarts)."""
+  s = mf.tree_strategy(200)
+  for t in range(1, 201):
+    assert s.released_sensitivity(t) ** 2 == pytest.approx(
+        math.ceil(math.log2(t + 1)), rel=1e-12)
+  for h, epochs in ((3, 5), (4, 2), (0, 7)):
+    per_epoch = 2 ** h
+    s = mf.tree_strategy(per_epoch * epochs, h)
+    assert s.released_sensitivity(s.steps, epochs, per_epoch) ** 2 == (
+        pytest.approx(epochs * (h + 1), rel=1e-12))
+
+
+@pytest.mark.parametrize("steps,epochs", [(16, 1), (5, 1), (100, 1),
+                                          (64, 6), (1024, 3)])
+def test_tree_matches_dp_accounting_tree_aggregation_event(steps, epochs):
+  """dp_accounting 0.6.0's SingleEpochTreeAggregationDpEvent (Kairouz et
+  al. 2021, App. D; restarted every epoch: SelfComposedDpEvent) has the RDP
+  of a Gaussian with noise multiplier sigma / sqrt(ceil(log2(T + 1))) per
+  epoch: its RDP epsilon equals that of one Gaussian with tf_dp's
+  zero-out mu = sens / sigma to 1e-9, and tf_dp's exact GDP epsilon is at
+  most it. Epochs of ``steps`` steps, a power of two beyond one epoch
+  (tf_dp restarts its tree every 2^height steps)."""
+  dp_accounting = pytest.importorskip("dp_accounting")
+  sigma, delta = 4.0, 1e-6
+  height = max(0, math.ceil(math.log2(steps)))
+  s = mf.tree_strategy(steps * epochs, height)
+  sens = s.released_sensitivity(s.steps, epochs,
+                                steps if epochs > 1 else None)
+  # REPLACE_SPECIAL: one example's contribution replaced by zeros, the
+  # papers' relation (tf_dp's "zero_out").
+  zero_out = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+  theirs = dp_accounting.rdp.RdpAccountant(neighboring_relation=zero_out)
+  theirs.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, steps), epochs))
+  gaussian = dp_accounting.rdp.RdpAccountant(neighboring_relation=zero_out)
+  gaussian.compose(dp_accounting.GaussianDpEvent(sigma / sens))
+  assert theirs.get_epsilon(delta) == pytest.approx(
+      gaussian.get_epsilon(delta), rel=1e-9)
+  ours = mf.epsilon_of_mu(mf.gdp_mu(sens, sigma, "zero_out"), delta)
+  assert ours <= theirs.get_epsilon(delta)
+
+
+def test_banded_k_participations_is_choquette_choo_et_al_theorem_2():
+  """Choquette-Choo et al. 2023, "(Amplified) Banded Matrix Factorization",
+  Thm. 2 (b-min-separation): for a b-banded C and participations at least
+  b apart, sens = max over patterns of sqrt(sum_t ||C[:, t]||^2) <=
+  sqrt(k) * max_t ||C[:, t]||, with equality when k columns of the
+  largest norm fit the pattern (closed form: a normalised Toeplitz C has
+  unit column norms before its last b - 1 columns)."""
+  s = mf.banded_strategy(48, 4)
+  for k, sep in ((1, 48), (2, 4), (3, 12), (4, 11), (5, 11)):
+    fit = min(k, 1 + (48 - 4) // sep)   # patterns within the unit columns
+    assert s.sensitivity(k, sep if k > 1 else None) == pytest.approx(
+        math.sqrt(fit), rel=1e-12)
+    assert s.sensitivity(k, sep if k > 1 else None) <= math.sqrt(k) * (
+        mf.column_norms(s.matrix()).max()) * (1 + 1e-12)
+
+
+def test_gdp_to_epsilon_delta_is_dong_roth_su_corollary_2_13():
+  """Dong, Roth & Su 2022 (JRSS-B), Cor. 2.13 (= Balle & Wang 2018,
+  Thm. 8, analytic Gaussian mechanism): mu-GDP is (eps, delta(eps))-DP
+  with delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2),
+  exactly; tf_dp's eps at delta solves it (closed form, to 1e-9)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  for mu in (0.1, 0.35, 1.0, 1.78, 3.0, 8.0):
+    for delta in (1e-3, 1e-5, 1e-9):
+      eps = mf.epsilon_of_mu(mu, delta)
+      got = (stats.norm.cdf(-eps / mu + mu / 2) -
+             math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2))
+      assert got == pytest.approx(delta, rel=1e-6)
+
+
+def test_gdp_published_values_bu_dong_long_su_2020():
+  """Bu, Dong, Long & Su 2020, "Deep Learning with Gaussian Differential
+  Privacy" (Harvard Data Science Review), Fig. 4 caption: mu = 0.35 gives
+  (1.34, 1e-5)-DP and mu = 1.78 gives (8.68, 1e-5)-DP. mu is published to
+  two decimals, so the published epsilon must lie between tf_dp's at
+  mu -+ 0.005 (it does: [1.320, 1.363] and [8.639, 8.698])."""
+  for mu, published in ((0.35, 1.34), (1.78, 8.68)):
+    low = mf.epsilon_of_mu(mu - 0.005, 1e-5)
+    high = mf.epsilon_of_mu(mu + 0.005, 1e-5)
+    assert low <= published <= high
+  assert round(mf.epsilon_of_mu(0.35, 1e-5), 2) == 1.34

@@ -8,8 +8,12 @@ participation scheme promised and the one run (passes over the data and the
 fewest steps between two participations of one example), the neighbouring
 relation and the number of steps run. Its epsilon is that of one Gaussian
 mechanism ``C x + z`` (``matrix_factorization``): ``mu = span * sens /
-noise_multiplier``, with ``sens`` the strategy's sensitivity for the passes
-and separation actually run. Sampling amplification is never used.
+noise_multiplier``, with ``sens`` the sensitivity, for the passes and
+separation actually run, of the strategy's rows released by the steps run
+(``matrix_factorization.released_matrix``: a run stopped before the
+strategy's last step is accounted for what it released, which is how
+``tf_dp.keras.PrivacyBudget`` plans one). Sampling amplification is never
+used.
 
 A record is refused (``PrivacyError``) when the run left what the strategy
 was accounted for: more steps than it was built for, more passes or less
@@ -20,7 +24,7 @@ does not match the coefficients.
 
 import json
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import matrix_factorization as mf
@@ -151,8 +155,9 @@ def check_run(ledger: Any) -> Dict[str, Any]:
 def correlated_noise_epsilon(ledger: Any, delta: float) -> float:
   """Epsilon at ``delta`` of everything a correlated-noise ledger records.
 
-  Privacy contract: the run is one Gaussian mechanism ``C x + z``; its
-  ``mu`` is ``span * sensitivity(C, passes, min_separation) /
+  Privacy contract: the run is one Gaussian mechanism ``C x + z`` of the
+  rows of C its steps released; its ``mu`` is ``span *
+  strategy.released_sensitivity(steps_run, passes, min_separation) /
   noise_multiplier`` for the passes and separation actually run (span 1
   for zero-out neighbours, 2 for replace-one), and epsilon is the exact
   (epsilon, delta) of mu-GDP. A run with no steps costs nothing; a clip of
@@ -165,6 +170,68 @@ def correlated_noise_epsilon(ledger: Any, delta: float) -> float:
   run = check_run(ledger)
   if run["steps_run"] == 0 or math.isinf(run["noise_multiplier"]):
     return 0.0
-  sens = run["strategy"].sensitivity(run["passes"], run["min_separation"])
-  mu = mf.gdp_mu(sens, run["noise_multiplier"], run["neighbouring"])
-  return mf.epsilon_of_mu(mu, delta)
+  return epsilon_after_steps(run["strategy"], run["steps_run"],
+                             run["noise_multiplier"], delta,
+                             run["neighbouring"], run["passes"],
+                             run["min_separation"])
+
+
+def epsilon_after_steps(strategy: mf.Strategy, steps_run: int,
+                        noise_multiplier: float, delta: float,
+                        neighbouring: str = "replace_one",
+                        passes: int = 1,
+                        min_separation: Optional[int] = None) -> float:
+  """Epsilon at ``delta`` of the first ``steps_run`` steps of ``strategy``.
+
+  Privacy contract: what those steps released is the Gaussian mechanism of
+  the strategy's rows whose noise they drew
+  (``matrix_factorization.released_matrix``); its ``mu`` is ``span *
+  strategy.released_sensitivity(steps_run, passes, min_separation) /
+  noise_multiplier`` and epsilon the exact (epsilon, delta) of mu-GDP. A
+  run stopped early is accounted for what it released, never for less.
+  """
+  sens = strategy.released_sensitivity(steps_run, passes, min_separation)
+  if sens == 0:
+    return 0.0
+  return mf.epsilon_of_mu(mf.gdp_mu(sens, noise_multiplier, neighbouring),
+                          delta)
+
+
+def max_steps_within_budget(strategy: mf.Strategy, noise_multiplier: float,
+                            target_epsilon: float, delta: float,
+                            steps_per_pass: int,
+                            neighbouring: str = "replace_one") -> int:
+  """The most steps (at most ``strategy.steps``) whose release is
+  (target_epsilon, delta)-DP, the examples taken in one fixed order with
+  ``steps_per_pass`` steps per pass.
+
+  Privacy contract: after t such steps an example took part at most
+  ``ceil(t / steps_per_pass)`` times, ``steps_per_pass`` steps apart, which
+  is what the ledger records for them; epsilon is ``epsilon_after_steps``
+  of that, nondecreasing in t, so the answer is exact: t steps fit the
+  budget and t + 1 do not (or t is ``strategy.steps``).
+
+  Raises:
+    PrivacyError: as ``Strategy.released_sensitivity`` for passes closer
+      than the strategy's bands.
+  """
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon,
+                                        allow_zero=False)
+  per_pass = checks.check_positive_int("steps_per_pass", steps_per_pass)
+
+  def fits(t):
+    passes = max(1, -(-t // per_pass))
+    return epsilon_after_steps(
+        strategy, t, noise_multiplier, delta, neighbouring, passes,
+        per_pass if passes > 1 else None) <= target_epsilon
+
+  lo, hi = 0, strategy.steps  # fits(lo) holds; find the largest such t.
+  if fits(hi):
+    return hi
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if fits(mid):
+      lo = mid
+    else:
+      hi = mid
+  return lo

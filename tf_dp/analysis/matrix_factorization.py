@@ -44,6 +44,12 @@ moves ``C x`` by ``sum_t C[:, t] g_t^T``, whose Frobenius norm squared is
   bounds of Choquette-Choo et al. 2023's Sec. 4, which this module does not
   implement).
 
+A run stopped after t steps released only the rows of ``C`` whose noise
+its steps drew (``released_matrix``: a row's noise is drawn at its last
+non-zero column), and is accounted from their sensitivity
+(``Strategy.released_sensitivity``); for a tree of T leaves this is
+Kairouz et al. 2021's ``sqrt(ceil(log2(T + 1)))``.
+
 Accounting: the release is one Gaussian mechanism of sensitivity ``sens``
 and noise multiplier ``sigma`` (noise stddev / clip), hence
 ``mu = sens / sigma``-GDP (Dong, Roth & Su 2022) under the relation whose
@@ -239,9 +245,14 @@ def sensitivity(c: np.ndarray, participations: int = 1,
       not bounded here).
   """
   c = np.asarray(c, dtype=float)
+  return _sensitivity_of_columns(column_norms(c) ** 2, max_row_span(c),
+                                 participations, min_separation)
+
+
+def _sensitivity_of_columns(norms_sq, span, participations, min_separation):
+  """``sensitivity`` from the squared column norms and the row span."""
   participations = checks.check_positive_int("participations",
                                              participations)
-  norms_sq = column_norms(c) ** 2
   if participations == 1:
     return float(math.sqrt(norms_sq.max()))
   if min_separation is None:
@@ -249,7 +260,6 @@ def sensitivity(c: np.ndarray, participations: int = 1,
                      "the fewest steps between two participations of one "
                      "example.")
   min_separation = checks.check_positive_int("min_separation", min_separation)
-  span = max_row_span(c)
   if span >= min_separation:
     raise PrivacyError(
         f"The strategy's columns {span} steps apart share a row, but "
@@ -260,6 +270,54 @@ def sensitivity(c: np.ndarray, participations: int = 1,
         f"participation.")
   return float(math.sqrt(_best_pattern_sum(norms_sq, participations,
                                            min_separation)))
+
+
+def released_matrix(strategy: "Strategy", steps_run: int) -> np.ndarray:
+  """The rows of ``strategy.matrix()`` released by its first ``steps_run``
+  steps, restricted to those steps' columns.
+
+  A row's noise is drawn at the step of its last non-zero column (the
+  query draws ``z_t`` at step t for a banded strategy, a tree node's noise
+  when its last leaf arrives), so the first ``steps_run`` noised sums are
+  post-processing of ``C' x' + z'`` with ``C'`` the rows whose non-zeros
+  all lie in the first ``steps_run`` columns: the mechanism of a run
+  stopped there. Explicit (``steps x steps`` at most); the accountant uses
+  ``Strategy.released_sensitivity``, which computes the same column norms
+  in closed form.
+  """
+  steps_run = checks.check_steps("steps_run", steps_run)
+  if strategy.kind == BANDED_TOEPLITZ:
+    c = strategy.matrix()
+  else:  # Whole trees: a node's last leaf may lie beyond ``steps``.
+    whole = -(-strategy.steps // strategy.bands) * strategy.bands
+    c = tree_matrices(whole, strategy.height)[0]
+  last = np.array([np.flatnonzero(row)[-1] if row.any() else -1
+                   for row in c])
+  return c[(last >= 0) & (last < steps_run)][:, :steps_run]
+
+
+def _released_column_norms_sq(strategy, steps_run):
+  """``column_norms(released_matrix(strategy, steps_run)) ** 2``."""
+  j = np.arange(steps_run)
+  if strategy.kind == BANDED_TOEPLITZ:
+    # Column j holds c_0 .. c_{m-1}, m = min(bands, steps_run - j).
+    energy = np.cumsum(np.asarray(strategy.coefficients) ** 2)
+    return energy[np.minimum(strategy.bands, steps_run - j) - 1]
+  # Leaf j is in one node per level; a node counts once its last leaf ran.
+  position = j % strategy.bands
+  start = j - position
+  count = np.zeros(steps_run)
+  for level in range(strategy.height + 1):
+    end = start + (((position >> level) + 1) << level)
+    count += end <= steps_run
+  return count
+
+
+def _released_row_span(strategy, steps_run):
+  """``max_row_span(released_matrix(strategy, steps_run))``."""
+  if strategy.kind == BANDED_TOEPLITZ:
+    return min(strategy.bands, steps_run) - 1
+  return 2 ** min(strategy.height, int(math.log2(steps_run))) - 1
 
 
 def expected_total_squared_error(b: np.ndarray, sens: float) -> float:
@@ -364,6 +422,31 @@ class Strategy:
                   min_separation: Optional[int] = None) -> float:
     """``sensitivity(self.matrix(), participations, min_separation)``."""
     return sensitivity(self.matrix(), participations, min_separation)
+
+  def released_sensitivity(self, steps_run: int, participations: int = 1,
+                           min_separation: Optional[int] = None) -> float:
+    """The sensitivity of what the first ``steps_run`` steps released
+    (``sensitivity(released_matrix(self, steps_run), ...)``, from column
+    norms in closed form): ``0`` for no step; ``sensitivity(...)`` of the
+    whole strategy after all its steps, except that tree nodes whose leaves
+    lie partly beyond ``steps`` are never released (the sensitivity of one
+    participation in a tree of T leaves is then ``sqrt(ceil(log2(T + 1)))``,
+    Kairouz et al. 2021).
+
+    Raises:
+      ValueError: if ``steps_run`` exceeds ``steps``.
+      PrivacyError: as ``sensitivity``.
+    """
+    steps_run = checks.check_steps("steps_run", steps_run)
+    if steps_run > self.steps:
+      raise ValueError(f"steps_run={steps_run} exceeds the {self.steps} "
+                       f"steps the strategy was built for.")
+    if steps_run == 0:
+      checks.check_positive_int("participations", participations)
+      return 0.0
+    return _sensitivity_of_columns(
+        _released_column_norms_sq(self, steps_run),
+        _released_row_span(self, steps_run), participations, min_separation)
 
   def fingerprint(self) -> str:
     """A short hash of the kind, steps and coefficients (or height)."""
