@@ -95,6 +95,11 @@ class CorrelatedNoiseLedger(tf.Module):
     return self._strategy
 
   @property
+  def neighbouring(self) -> str:
+    """The neighbouring relation epsilon is stated for."""
+    return self._neighbouring
+
+  @property
   def sample_count(self) -> tf.Tensor:
     """Steps recorded so far (int64 tensor)."""
     return self.steps_run.read_value()

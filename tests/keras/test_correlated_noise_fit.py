@@ -45,12 +45,12 @@ class _Weights:
     self.callback = Callback()
 
 
-def _fit(K, model, x, y, epochs, **kwargs):
+def _fit(K, model, x, y, epochs, callbacks=(), **kwargs):
   weights = _Weights(K)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False,
-              verbose=0, callbacks=[weights.callback], **kwargs)
+              verbose=0, callbacks=[weights.callback, *callbacks], **kwargs)
   return weights.seen
 
 
@@ -168,3 +168,34 @@ def test_config_round_trip_keeps_the_strategy():
   assert config["noise_strategy"]["fingerprint"] == strategy.fingerprint()
   rebuilt = DPConfig(**config)
   assert rebuilt.noise_strategy == strategy and rebuilt.max_passes == 2
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_stops_a_correlated_noise_fit_at_the_target(K):
+  # 3 steps per pass, banded c_0..c_2 (||c|| = 1), replace-one, sigma 3.
+  # After t steps an example took part ceil(t / 3) times, 3 steps apart;
+  # column j of the rows released by t steps holds c_0..c_{m-1}, m =
+  # min(3, t - j). Closed form: t = 5 releases sens^2 = 1 + c_0^2 + c_1^2
+  # (columns 0 and 3), t = 6 releases sens^2 = 2 (columns 0 and 3, whole).
+  strategy = mf.banded_strategy(12, 3)
+  c = np.asarray(strategy.coefficients)
+  sigma, delta = 3.0, 1e-5
+  eps_5 = mf.epsilon_of_mu(2 * math.sqrt(1 + c[0]**2 + c[1]**2) / sigma,
+                           delta)
+  eps_6 = mf.epsilon_of_mu(2 * math.sqrt(2.0) / sigma, delta)
+  assert eps_5 < eps_6
+  target = 0.5 * (eps_5 + eps_6)
+  x, y = helpers.make_data("dense", N)
+  model = _model(K, sigma, noise_strategy=strategy, max_passes=4)
+  budget = tf_dp.keras.PrivacyBudget(delta=delta, target_epsilon=target)
+  seen = _fit(K, model, x, y, 4, callbacks=[budget])
+  record = model.optimizer.ledger.to_dict()["correlated_noise"]
+  assert record["steps_run"] == 5 and record["passes"] == 2
+  eps = model.optimizer.ledger.correlated_noise.epsilon(delta)
+  assert eps == pytest.approx(eps_5, rel=1e-6) and eps <= target
+  assert budget.epsilon() == eps and not budget.exceeded
+  # Training stopped after step 5 (4 epochs would have run 12).
+  assert len(seen) == 5
+  for w, last in zip(model.get_weights(), seen[4]):
+    np.testing.assert_array_equal(w, last)
+

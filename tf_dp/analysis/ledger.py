@@ -242,12 +242,16 @@ def _privacy_unit_of_runs(runs):
 
 def ledger_privacy_unit(ledger: LedgerLike) -> PrivacyUnit:
   """The privacy unit of every sample of ``ledger`` (``"example"`` for an
-  empty ledger).
+  empty ledger), also of a correlated-noise run's.
 
   Raises:
     PrivacyError: if its samples mix units.
   """
-  return _privacy_unit_of_runs(ledger_runs(ledger))
+  export = _export(ledger)
+  if isinstance(export, dict) and ledger_schema.CORRELATED_NOISE_KEY in export:
+    export = dict(export)
+    del export[ledger_schema.CORRELATED_NOISE_KEY]
+  return _privacy_unit_of_runs(ledger_runs(export))
 
 
 def epsilon_statement(epsilon: float, delta: float,

@@ -10,10 +10,12 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from absl import logging
 
+from tf_dp.analysis import correlated_noise_accounting
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot_engine
+from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.keras.backend import callback
 from tf_dp.privacy_ledger import PrivacyLedger
@@ -135,7 +137,13 @@ class PrivacyBudget(_Callback):
   training stops with a warning), so epsilon never exceeds the target
   whatever the input, its batch sizes or ``steps_per_execution`` are
   (except when the very first lot already does; then training stops after
-  it and ``exceeded`` is True).
+  it and ``exceeded`` is True). A correlated-noise run
+  (``DPOptimizer(noise_strategy=...)``, ``fit(..., shuffle=False)``) is
+  planned exactly before its first step: it runs the most steps t of the
+  strategy whose released rows, with ``ceil(t / steps per pass)``
+  participations a pass apart, are (target_epsilon, delta)-DP
+  (``correlated_noise_accounting.max_steps_within_budget``), the epsilon
+  the ledger then reports.
 
   Args:
     delta: The delta of the reported (epsilon, delta).
@@ -200,6 +208,9 @@ class PrivacyBudget(_Callback):
         last.examples_per_record, last.privacy_unit), lot
 
   def _plan(self):
+    if getattr(self.ledger, "correlated_noise", None) is not None:
+      self._plan_correlated_noise(self.ledger.correlated_noise)
+      return
     runs = ledger_accounting.ledger_event_runs(self.ledger)
     if not runs:
       return
@@ -209,6 +220,30 @@ class PrivacyBudget(_Callback):
         accountant=self.accountant, orders=self.orders)
     self.exceeded = more < 0
     self._allowed_lots = sum(count for _, count in runs) + max(more, 0)
+
+  def _plan_correlated_noise(self, record):
+    """Allows the most steps of the strategy whose release fits the
+    target (``correlated_noise_accounting.max_steps_within_budget``), with
+    the noise multiplier the record will be accounted with: the recorded
+    one after a first step, else the optimizer's, a hair lower (the query
+    keeps its stddev in floating point)."""
+    steps_per_pass = int(record.steps_per_pass.numpy())
+    if not steps_per_pass:
+      raise PrivacyError(
+          "PrivacyBudget plans a correlated-noise run from the steps of one "
+          "pass in a fixed order, which only fit(x, y, shuffle=False) on "
+          "arrays declares. Train with fit, or stop the loop yourself at "
+          "correlated_noise_accounting.max_steps_within_budget.")
+    if int(record.steps_run.numpy()):
+      multiplier = correlated_noise_accounting.check_run(
+          record.to_dict())["noise_multiplier"]
+    else:
+      multiplier = self._engine().config.noise_multiplier * (1 - 1e-6)
+    self._max_lot_examples = None
+    self._allowed_lots = correlated_noise_accounting.max_steps_within_budget(
+        record.strategy, multiplier, self.target_epsilon, self.delta,
+        steps_per_pass, record.neighbouring)
+    self.exceeded = self._allowed_lots < int(record.steps_run.numpy())
 
   def _limit_lots(self):
     """Plans, then lets the DP step release only the lots that fit.
