@@ -1,4 +1,5 @@
-r"""Correlated noise against DP-SGD on MNIST, small settings for a 2-core CPU.
+r"""Correlated noise against DP-SGD on MNIST or Fashion-MNIST, small settings
+for a 2-core CPU.
 
 One model (MLP 784-128-10), one optimizer (SGD), the same clip, batch and
 epochs for every method; per target epsilon (delta = 1e-5) each method's
@@ -17,11 +18,20 @@ noise multiplier is the smallest its own accounting allows:
 Reports test accuracy per seed, the ledger's epsilon, the median step time
 and the noise state's memory.
 
-  python benchmarks/correlated_noise.py [--train=6000] [--epochs=4]
-      [--seeds=0,1] [--targets=1,3,8] [--bands=16] [--out=FILE]
+  python benchmarks/correlated_noise.py [--dataset=mnist|fashion_mnist]
+      [--train=6000] [--epochs=4] [--seeds=0,1] [--targets=1,3,8]
+      [--bands=16] [--out=FILE]
+
+MNIST comes from ``tf_dp.data.load_mnist``. Fashion-MNIST (Xiao, Rasul &
+Vollgraf 2017) is read offline from its four IDX files
+(``train-images-idx3-ubyte.gz`` etc.) in ``--fashion_mnist_dir``, where
+Debian's package puts them: ``apt-get install dataset-fashion-mnist``
+(``/usr/share/datasets/fashion-mnist``); without them the run stops with
+that advice.
 """
 
 import argparse
+import gzip
 import math
 import os
 import statistics
@@ -39,6 +49,35 @@ from tf_dp.analysis import matrix_factorization as mf  # pylint: disable=g-impor
 DELTA = 1e-5
 CLIP = 1.0
 METHODS = ("dpsgd_poisson", "dpsgd_shuffled", "tree", "bandmf")
+
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def _idx(path):
+  """The array of one gzipped IDX file (big-endian header: magic, dims)."""
+  with gzip.open(path, "rb") as f:
+    data = f.read()
+  ndim = data[3]
+  shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big")
+                for i in range(ndim))
+  return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def load_fashion_mnist(directory=FASHION_MNIST_DIR):
+  """Fashion-MNIST as ``(x_train, y_train), (x_test, y_test)`` (uint8)."""
+  names = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+  paths = [os.path.join(directory, name) for name in names]
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    raise SystemExit(
+        f"Fashion-MNIST not found ({missing[0]} is missing). Offline on "
+        f"Debian/Ubuntu: `apt-get install dataset-fashion-mnist` (it installs "
+        f"the IDX files in {FASHION_MNIST_DIR}), or pass "
+        f"--fashion_mnist_dir=DIR holding {', '.join(names)}.")
+  x, y, xt, yt = (_idx(p) for p in paths)
+  return (x, y.astype(np.int64)), (xt, yt.astype(np.int64))
 
 
 def _model(keras, seed):
@@ -88,8 +127,8 @@ def run(method, target, seed, data, args):
         sampling_probability=batch / n, max_lots=steps + 10)
   else:
     strategy = _strategy(method, steps, steps_per_pass, args.bands)
-    sens = strategy.sensitivity(args.epochs, steps_per_pass
-                                if args.epochs > 1 else None)
+    sens = strategy.released_sensitivity(
+        steps, args.epochs, steps_per_pass if args.epochs > 1 else None)
     sigma = mf.noise_multiplier_for_epsilon(sens, target, DELTA)
     optimizer = tf_dp.DPOptimizer(
         keras.optimizers.SGD(args.learning_rate), CLIP, sigma,
@@ -124,6 +163,9 @@ def run(method, target, seed, data, args):
 
 def main():
   parser = argparse.ArgumentParser()
+  parser.add_argument("--dataset", default="mnist",
+                      choices=("mnist", "fashion_mnist"))
+  parser.add_argument("--fashion_mnist_dir", default=FASHION_MNIST_DIR)
   parser.add_argument("--train", type=int, default=6000)
   parser.add_argument("--test", type=int, default=10000)
   parser.add_argument("--epochs", type=int, default=4)
@@ -135,7 +177,10 @@ def main():
   parser.add_argument("--methods", default=",".join(METHODS))
   parser.add_argument("--out", default=None)
   args = parser.parse_args()
-  (x, y), (xt, yt) = tf_dp.data.load_mnist()
+  if args.dataset == "fashion_mnist":
+    (x, y), (xt, yt) = load_fashion_mnist(args.fashion_mnist_dir)
+  else:
+    (x, y), (xt, yt) = tf_dp.data.load_mnist()
   # A fixed order for the fixed-order methods: one shuffle, seed 0.
   order = np.random.default_rng(0).permutation(len(x))[:args.train]
   x = (x[order].reshape(-1, 784) / 255.0).astype("float32")
@@ -144,7 +189,8 @@ def main():
   yt = yt[:args.test].astype("int32")
   data = ((x, y), (xt, yt))
   params = 784 * 128 + 128 + 128 * 10 + 10
-  lines = [f"# python benchmarks/correlated_noise.py --train={args.train} "
+  lines = [f"# python benchmarks/correlated_noise.py --dataset="
+           f"{args.dataset} --train={args.train} "
            f"--epochs={args.epochs} --batch={args.batch} --learning_rate="
            f"{args.learning_rate} --bands={args.bands} --seeds={args.seeds}; "
            f"MLP 784-128-10 ({params} weights), SGD, clip {CLIP}, delta "
