@@ -198,4 +198,15 @@ def test_budget_stops_a_correlated_noise_fit_at_the_target(K):
   assert len(seen) == 5
   for w, last in zip(model.get_weights(), seen[4]):
     np.testing.assert_array_equal(w, last)
+  # A target below one step's epsilon: nothing is released.
+  eps_1 = mf.epsilon_of_mu(2 * c[0] / sigma, delta)
+  model = _model(K, sigma, noise_strategy=strategy, max_passes=4)
+  before = [w.copy() for w in model.get_weights()]
+  budget = tf_dp.keras.PrivacyBudget(delta=delta, target_epsilon=0.9 * eps_1)
+  _fit(K, model, x, y, 1, callbacks=[budget])
+  assert model.optimizer.ledger.to_dict()["correlated_noise"][
+      "steps_run"] == 0
+  assert budget.epsilon() == 0.0
+  for w, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(w, b)
 
