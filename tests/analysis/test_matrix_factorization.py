@@ -216,18 +216,23 @@ def test_tree_sensitivity_is_kairouz_et_al_ceil_log2_t_plus_1():
 
 
 @pytest.mark.parametrize("steps,epochs", [(16, 1), (5, 1), (100, 1),
-                                          (64, 6), (1024, 3)])
+                                          (64, 6), (1024, 3), (60, 4),
+                                          (100, 3)])
 def test_tree_matches_dp_accounting_tree_aggregation_event(steps, epochs):
   """dp_accounting 0.6.0's SingleEpochTreeAggregationDpEvent (Kairouz et
   al. 2021, App. D; restarted every epoch: SelfComposedDpEvent) has the RDP
   of a Gaussian with noise multiplier sigma / sqrt(ceil(log2(T + 1))) per
   epoch: its RDP epsilon equals that of one Gaussian with tf_dp's
   zero-out mu = sens / sigma to 1e-9, and tf_dp's exact GDP epsilon is at
-  most it. Epochs of ``steps`` steps, a power of two beyond one epoch
-  (tf_dp restarts its tree every 2^height steps)."""
+  most it. Over several epochs of P steps tf_dp restarts its tree every
+  2^floor(log2 P) steps, not at each epoch; its sensitivity is still the
+  paper's, as floor(log2 P) + 1 = ceil(log2(P + 1)) (P = 60, 100)."""
   dp_accounting = pytest.importorskip("dp_accounting")
   sigma, delta = 4.0, 1e-6
-  height = max(0, math.ceil(math.log2(steps)))
+  if epochs == 1:
+    height = max(0, math.ceil(math.log2(steps)))
+  else:
+    height = int(math.floor(math.log2(steps)))
   s = mf.tree_strategy(steps * epochs, height)
   sens = s.released_sensitivity(s.steps, epochs,
                                 steps if epochs > 1 else None)
