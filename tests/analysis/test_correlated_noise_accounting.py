@@ -145,3 +145,39 @@ def test_budget_plan_is_exact():
       allowed = acc.max_steps_within_budget(strategy, 2.0, target, 1e-5,
                                             per_pass)
       assert allowed == max(t for t, e in enumerate(eps) if e <= target)
+@pytest.mark.parametrize("changes,match", [
+    # A key this format does not have is refused, never ignored.
+    ({"sampling_probability": 0.01}, r"unknown \['sampling_probability'\]"),
+    ({"strategy": "banded"}, r"strategy must be a dict"),
+    ({"inconsistent_steps": 0.5}, r"inconsistent_steps must be an integer"),
+    ({"inconsistent_steps": "0"}, r"inconsistent_steps.*got '0'"),
+    ({"passes": True}, r"passes must be an integer >= 0; got True"),
+    ({"promised_passes": 0}, r"promised_passes must be an integer >= 1"),
+    ({"promised_passes": 2, "passes": 2, "min_separation": "20"},
+     r"min_separation.*got '20'"),
+    ({"neighbouring": "add_remove"}, r"neighbouring must be one of"),
+    ({"noise_stddev": math.nan}, r"noise_stddev.*got nan"),
+    ({"l2_norm_clip": -1.0}, r"l2_norm_clip.*got -1\.0"),
+])
+def test_every_field_of_a_record_is_validated_by_name(changes, match):
+  r = dict(record(mf.banded_strategy(20, 3)), **changes)
+  with pytest.raises(LedgerFormatError, match=match):
+    acc.correlated_noise_epsilon(r, 1e-5)
+  with pytest.raises(LedgerFormatError, match=match):
+    acc.correlated_noise_epsilon(json.dumps(r), 1e-5)
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"origin": "v0"}, r"strategy must have exactly the keys.*unknown "
+                       r"\['origin'\]"),
+    ({"coefficients": ["1.0", 0.5, 0.25]},
+     r"strategy\.coefficients\[0\] must be a finite real number; got '1\.0'"),
+    ({"kind": "full"}, r"strategy\.kind must be one of"),
+    ({"steps": 2.5}, r"strategy\.steps must be an integer >= 1; got 2\.5"),
+    ({"coefficients": [1.0] * 25}, r"strategy: A strategy of 25 bands"),
+])
+def test_every_field_of_a_strategy_is_validated_by_name(changes, match):
+  r = record(mf.banded_strategy(20, 3))
+  r["strategy"] = dict(r["strategy"], **changes)
+  with pytest.raises(LedgerFormatError, match=match):
+    acc.correlated_noise_epsilon(r, 1e-5)

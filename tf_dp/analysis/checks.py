@@ -68,7 +68,9 @@ def check_real(name: str, value: Any, low: float = -math.inf,
     lo = "(" if low_open else "["
     hi = ")" if high_open else "]"
     kind = "a real number" if allow_inf else "a finite real number"
-    _fail(name, f"{kind} in {lo}{low:g}, {high:g}{hi}", value, hint)
+    if (low, high) != (-math.inf, math.inf):
+      kind += f" in {lo}{low:g}, {high:g}{hi}"
+    _fail(name, kind, value, hint)
   return float(value)
 
 

@@ -15,7 +15,9 @@ strategy's last step is accounted for what it released, which is how
 ``tf_dp.keras.PrivacyBudget`` plans one). Sampling amplification is never
 used.
 
-A record is refused (``PrivacyError``) when the run left what the strategy
+Every field of a record is checked on reading (the table ``_FIELDS``): a
+missing, unknown or invalid one is a ``LedgerFormatError`` naming it. A
+record is refused (``PrivacyError``) when the run left what the strategy
 was accounted for: more steps than it was built for, more passes or less
 separation than promised, a clip or stddev that changed during the run,
 steps the ledger and the query counted differently, or a fingerprint that
@@ -27,15 +29,40 @@ import math
 from typing import Any, Dict, Optional
 
 from tf_dp.analysis import checks
+from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
 
 FORMAT = "tf_dp.correlated_noise_ledger/1"
 
-_KEYS = ("format", "strategy", "l2_norm_clip", "noise_stddev",
-         "neighbouring", "promised_passes", "promised_min_separation",
-         "passes", "min_separation", "steps_run", "inconsistent_steps")
+# The fields of a record and of its strategy, one check per key (a key not
+# listed is refused).
+_STRATEGY_FIELDS = {
+    "kind": lambda where, value: checks.check_choice(where, value, mf.KINDS),
+    "steps": ledger_schema.int_at_least(1),
+    "coefficients": lambda where, value: tuple(
+        checks.check_real(f"{where}[{i}]", c, allow_inf=False)
+        for i, c in enumerate(ledger_schema.read_list(where, value))),
+    "height": ledger_schema.int_at_least(0),
+    "fingerprint": lambda where, value: value,  # Compared after reading.
+}
+_FIELDS = {
+    "format": lambda where, value: value,  # Checked before reading.
+    "strategy": lambda where, value: strategy_from_dict(value, where),
+    "l2_norm_clip": checks.check_non_negative,
+    "noise_stddev": checks.check_non_negative,
+    "neighbouring": lambda where, value: checks.check_choice(
+        where, value, tuple(mf.NEIGHBOURING)),
+    "promised_passes": ledger_schema.int_at_least(1),
+    "promised_min_separation": ledger_schema.int_at_least(1),
+    "passes": ledger_schema.int_at_least(0),
+    # The fewest steps between two participations; None for one pass.
+    "min_separation": lambda where, value: None if value is None else (
+        checks.check_steps(where, value, integral_float=True)),
+    "steps_run": ledger_schema.int_at_least(0),
+    "inconsistent_steps": ledger_schema.int_at_least(0),
+}
 
 
 def strategy_to_dict(strategy: mf.Strategy) -> Dict[str, Any]:
@@ -45,31 +72,30 @@ def strategy_to_dict(strategy: mf.Strategy) -> Dict[str, Any]:
           "height": strategy.height, "fingerprint": strategy.fingerprint()}
 
 
-def strategy_from_dict(data: Dict[str, Any]) -> mf.Strategy:
+def strategy_from_dict(data: Dict[str, Any],
+                       where: str = "strategy") -> mf.Strategy:
   """The strategy of ``strategy_to_dict``; checks its fingerprint.
 
   Raises:
-    LedgerFormatError: on a missing field or a fingerprint that does not
-      match the coefficients.
+    LedgerFormatError: on a missing, unknown or invalid field, or a
+      fingerprint that does not match the coefficients.
   """
+  fields = ledger_schema.read_object(where, data, _STRATEGY_FIELDS)
+  fingerprint = fields.pop("fingerprint")
   try:
-    strategy = mf.Strategy(
-        data["kind"], checks.check_positive_int(
-            "strategy.steps", data["steps"], integral_float=True),
-        coefficients=tuple(float(c) for c in data["coefficients"]),
-        height=checks.check_steps("strategy.height", data["height"],
-                                  integral_float=True))
-  except KeyError as e:
-    raise LedgerFormatError(f"The strategy has no field {e}.") from None
-  if data.get("fingerprint") != strategy.fingerprint():
+    strategy = mf.Strategy(**fields)
+  except ValueError as e:
+    raise LedgerFormatError(f"{where}: {e}") from None
+  if fingerprint != strategy.fingerprint():
     raise LedgerFormatError(
-        f"The strategy's fingerprint {data.get('fingerprint')!r} does not "
-        f"match its kind, steps and coefficients "
-        f"({strategy.fingerprint()!r}): the record was altered.")
+        f"The strategy's fingerprint {fingerprint!r} does not match its "
+        f"kind, steps and coefficients ({strategy.fingerprint()!r}): the "
+        f"record was altered.")
   return strategy
 
 
 def _record(ledger):
+  """The record's fields, read and checked (``_FIELDS``)."""
   if isinstance(ledger, str):
     try:
       ledger = json.loads(ledger)
@@ -80,14 +106,11 @@ def _record(ledger):
   if not isinstance(ledger, dict):
     raise ValueError("ledger must be a CorrelatedNoiseLedger, its to_dict() "
                      f"export or that as JSON; got {type(ledger).__name__}.")
-  missing = [k for k in _KEYS if k not in ledger]
-  if missing:
-    raise LedgerFormatError(f"A correlated-noise ledger needs the keys "
-                            f"{_KEYS}; missing {missing}.")
-  if ledger["format"] != FORMAT:
+  if ledger.get("format") != FORMAT:
     raise LedgerFormatError(f"format must be {FORMAT!r}; got "
-                            f"{ledger['format']!r}.")
-  return ledger
+                            f"{ledger.get('format')!r}.")
+  return ledger_schema.read_object("", ledger, _FIELDS,
+                                   label="A correlated-noise record")
 
 
 def check_run(ledger: Any) -> Dict[str, Any]:
@@ -102,53 +125,40 @@ def check_run(ledger: Any) -> Dict[str, Any]:
     LedgerFormatError: on a malformed record.
   """
   r = _record(ledger)
-  strategy = strategy_from_dict(r["strategy"])
-  steps_run = checks.check_steps("steps_run", r["steps_run"],
-                                 integral_float=True)
+  strategy, steps_run, passes = r["strategy"], r["steps_run"], r["passes"]
   if steps_run > strategy.steps:
     raise PrivacyError(
         f"The run released {steps_run} steps but the strategy was built for "
         f"{strategy.steps}: its sensitivity does not cover the extra steps. "
         f"Build the strategy for at least {steps_run} steps.")
-  if int(r["inconsistent_steps"]):
+  if r["inconsistent_steps"]:
     raise PrivacyError(
-        f"{int(r['inconsistent_steps'])} step(s) were released with another "
+        f"{r['inconsistent_steps']} step(s) were released with another "
         f"clip or noise stddev than the first, or out of the strategy's "
         f"order (the query's and the ledger's step counts differ): the "
         f"strategy's sensitivity assumes one clip and one stddev throughout.")
-  promised_passes = checks.check_positive_int(
-      "promised_passes", r["promised_passes"], integral_float=True)
-  promised_sep = checks.check_positive_int(
-      "promised_min_separation", r["promised_min_separation"],
-      integral_float=True)
-  passes = checks.check_steps("passes", r["passes"], integral_float=True)
   if steps_run and not passes:
     raise PrivacyError(
         "The ledger does not say how often an example took part: record the "
         "participation run (CorrelatedNoiseLedger.record_participation).")
-  if passes > promised_passes:
+  if passes > r["promised_passes"]:
     raise PrivacyError(
         f"An example took part {passes} times but the strategy was promised "
-        f"at most {promised_passes}. Build the ledger for {passes} passes.")
-  separation = r["min_separation"]
-  if passes > 1 and (separation is None or int(separation) < promised_sep):
+        f"at most {r['promised_passes']}. Build the ledger for {passes} "
+        f"passes.")
+  separation, promised_sep = r["min_separation"], r["promised_min_separation"]
+  if passes > 1 and (separation is None or separation < promised_sep):
     raise PrivacyError(
         f"Two participations of one example were {separation} steps apart, "
         f"fewer than the promised min_separation={promised_sep}: the "
         f"strategy's sensitivity does not hold. Keep the order of the "
         f"examples fixed across passes (one shuffle) with at least "
         f"{promised_sep} steps per pass.")
-  checks.check_choice("neighbouring", r["neighbouring"],
-                      tuple(mf.NEIGHBOURING))
-  clip = checks.check_non_negative("l2_norm_clip", r["l2_norm_clip"])
-  stddev = checks.check_non_negative("noise_stddev", r["noise_stddev"])
-  if clip == 0:
-    multiplier = math.inf
-  else:
-    multiplier = stddev / clip
-  return {"strategy": strategy, "noise_multiplier": multiplier,
+  clip, stddev = r["l2_norm_clip"], r["noise_stddev"]
+  return {"strategy": strategy,
+          "noise_multiplier": math.inf if clip == 0 else stddev / clip,
           "passes": max(passes, 1),
-          "min_separation": int(separation) if passes > 1 else None,
+          "min_separation": separation if passes > 1 else None,
           "neighbouring": r["neighbouring"], "steps_run": steps_run}
 
 

@@ -10,42 +10,28 @@ A ledger export is a JSON object. Two versions exist; both are read:
   10^6-step run with constant hyperparameters is one run (~0.3 kB) instead
   of ~10^6 entries (~200 MB).
 
-A sample entry has these keys (``SAMPLE_KEYS``; all but ``sum_queries``
-are the sampling event, ``SAMPLING_EVENT_KEYS``), ``privacy_unit`` optional:
-
-* ``population_size``: integer n >= 1, the number of privacy units
-  (examples, or users when ``privacy_unit`` is ``"user"``);
-* ``sampling_probability``: q in [0, 1], the probability that a unit is
-  in the sample (Poisson), or the sample size / n (fixed-size, shuffled);
-* ``sampling``: a ``tf_dp.sampling.Sampling`` value, ``"poisson"``,
-  ``"fixed_size"`` or ``"shuffled"`` (what each means, and how
-  ``"shuffled"`` is accounted, is said there);
-* ``examples_per_record``: integer >= 1 (the microbatch size, or 1);
-* ``sum_queries``: list of ``{"l2_norm_clip", "noise_stddev"}``, reals >= 0;
-* ``privacy_unit``: a ``tf_dp.sampling.PrivacyUnit`` value, ``"example"``
-  or ``"user"``: what one record is, and what epsilon protects. Written
-  only for ``"user"``; an entry without it is ``"example"`` (every ledger
-  written before the unit existed). A reader that does not know the key
-  refuses the entry rather than account a user-level ledger per example.
-
-Every field is validated on reading; a bad field raises
-``tf_dp.errors.LedgerFormatError`` (a ``ValueError``)
-naming its path (``runs[3].sampling``), the value and the allowed values.
-Unknown keys are refused too: a newer writer may give them a meaning that
-changes the privacy accounting.
+A sample entry's keys, and what each may hold, are the table
+``SAMPLE_FIELDS`` (a run's, ``RUN_FIELDS``: the same plus ``"count"``);
+``privacy_unit`` may be left out (``"example"``). Every field is validated
+on reading: a bad field raises ``tf_dp.errors.LedgerFormatError`` (a
+``ValueError``) naming its path (``runs[3].sampling``), the value and the
+allowed values. Unknown keys are refused too: a newer writer may give them
+a meaning that changes the privacy accounting (an older reader refuses a
+user-level entry rather than account it per example). ``read_object``
+reads a JSON object from such a table (the correlated-noise record's too).
 """
 
-import collections
+import functools
 import math
 import numbers
-from typing import (Any, Dict, Iterable, List, NamedTuple, Sequence, Tuple,
-                    Union)
+from types import MappingProxyType
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, NamedTuple,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 
 from tf_dp.analysis import checks
 from tf_dp.errors import LedgerFormatError
-from tf_dp.errors import PrivacyError
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
@@ -90,21 +76,12 @@ class Run(NamedTuple):
   count: int  # type: ignore[assignment]  # (shadows tuple.count)
 
 
-SAMPLING_EVENT_KEYS = SamplingEvent._fields
-SAMPLE_KEYS = Sample._fields
 # Keys a sample entry may leave out, with the value their absence means.
 OPTIONAL_SAMPLE_KEYS = {"privacy_unit": PrivacyUnit.EXAMPLE}
 QUERY_KEYS = ("l2_norm_clip", "noise_stddev")
-
-
-def _int_at_least(where, value, low):
-  """An integer >= low (0 or 1); JSON-integral floats such as 6e4 pass."""
-  check = checks.check_positive_int if low == 1 else checks.check_steps
-  return check(where, value, integral_float=True)
-
-
-def _real(where, value, low, high):
-  return checks.check_real(where, value, low=low, high=high)
+# The key of a correlated-noise run's record in a ledger export
+# (``correlated_noise_accounting``); ``decode`` refuses it.
+CORRELATED_NOISE_KEY = "correlated_noise"
 
 
 def sampling_code(kind: str, privacy_unit: str = PrivacyUnit.EXAMPLE) -> int:
@@ -142,98 +119,133 @@ def privacy_unit(code: Any, where: str = "sampling code") -> PrivacyUnit:
   return _decode_code(code, where)[1]
 
 
+# --- Reading an export: a table of keys and field checks per JSON object.
+
+# A field check: (path, value) -> the typed value; a bad value raises a
+# ValueError naming the path.
+FieldCheck = Callable[[str, Any], Any]
+
+
+def int_at_least(low: int) -> FieldCheck:
+  """An integer >= low (0 or 1); JSON-integral floats such as 6e4 pass."""
+  check = checks.check_positive_int if low == 1 else checks.check_steps
+  return functools.partial(check, integral_float=True)
+
+
+_real_at_least_0 = functools.partial(checks.check_real, low=0)
+
+
+def read_list(where: str, value: Any) -> Sequence[Any]:
+  """``value`` if it is a list (or tuple)."""
+  if not isinstance(value, (list, tuple)):
+    raise LedgerFormatError(
+        f"{where} must be a list; got {type(value).__name__}.")
+  return value
+
+
+def read_object(where: str, raw: Any, fields: Mapping[str, FieldCheck],
+                optional: Mapping[str, Any] = MappingProxyType({}),
+                label: str = "") -> Dict[str, Any]:
+  """The fields of the JSON object ``raw``, each checked by its entry of
+  ``fields`` at the path ``where.key``; a key of ``optional`` may be left
+  out (it takes that value), any other key is refused. ``label`` names
+  ``raw`` in messages (default ``where``).
+
+  Raises:
+    LedgerFormatError: if ``raw`` is not a dict, has another set of keys or
+      a field its check refuses (the message names the field's path).
+  """
+  if not (isinstance(raw, dict) and raw.keys() <= fields.keys() and (
+      len(raw) == len(fields) or all(k in raw or k in optional
+                                     for k in fields))):
+    required = tuple(k for k in fields if k not in optional)
+    keys = f"exactly the keys {required}" + (
+        f" (and optionally {tuple(optional)})" if optional else "")
+    label = label or where
+    if not isinstance(raw, dict):
+      raise LedgerFormatError(f"{label} must be a dict with {keys}; got "
+                              f"{raw!r}.")
+    raise LedgerFormatError(
+        f"{label} must have {keys}; missing "
+        f"{[k for k in required if k not in raw]}, unknown "
+        f"{sorted(set(raw) - set(fields))}.")
+  prefix = f"{where}." if where else ""
+  try:
+    return {key: check(prefix + key, raw[key] if key in raw else optional[key])
+            for key, check in fields.items()}
+  except LedgerFormatError:
+    raise
+  except ValueError as e:  # A check of tf_dp.analysis.checks.
+    raise LedgerFormatError(str(e)) from None
+
+
+QUERY_FIELDS: Dict[str, FieldCheck] = {
+    "l2_norm_clip": _real_at_least_0, "noise_stddev": _real_at_least_0}
+
+
 def check_query(raw: Any, where: str) -> Tuple[float, float]:
   """One sum query as a validated ``(l2_norm_clip, noise_stddev)`` pair."""
-  if not isinstance(raw, dict):
-    raise ValueError(f"{where} must be a dict with keys {QUERY_KEYS}; got "
-                     f"{raw!r}.")
-  unknown = sorted(set(raw) - set(QUERY_KEYS))
-  missing = [k for k in QUERY_KEYS if k not in raw]
-  if unknown or missing:
-    raise ValueError(f"{where} must have exactly the keys {QUERY_KEYS}; "
-                     f"missing {missing}, unknown {unknown}.")
-  return (_real(f"{where}.l2_norm_clip", raw["l2_norm_clip"], 0, math.inf),
-          _real(f"{where}.noise_stddev", raw["noise_stddev"], 0, math.inf))
+  query = read_object(where, raw, QUERY_FIELDS)
+  return query["l2_norm_clip"], query["noise_stddev"]
 
 
-def check_sample(raw: Any, where: str,
-                 extra_keys: Iterable[str] = ()) -> Sample:
-  """One sample entry as a validated ``Sample`` (see the module docstring).
-
-  ``extra_keys`` are allowed and ignored (``"count"`` in runs); an
-  ``OPTIONAL_SAMPLE_KEYS`` key left out takes its default.
-  """
-  if not isinstance(raw, dict):
-    raise ValueError(f"{where} must be a dict with keys {SAMPLE_KEYS}; got "
-                     f"{raw!r}.")
-  unknown = sorted(set(raw) - set(SAMPLE_KEYS) - set(extra_keys))
-  missing = [k for k in SAMPLE_KEYS
-             if k not in raw and k not in OPTIONAL_SAMPLE_KEYS]
-  if unknown or missing:
-    raise ValueError(f"{where} must have the keys {SAMPLE_KEYS}; missing "
-                     f"{missing}, unknown {unknown}.")
-  queries = raw["sum_queries"]
-  if not isinstance(queries, (list, tuple)):
-    raise ValueError(f"{where}.sum_queries must be a list; got {queries!r}.")
-  return Sample(
-      _int_at_least(f"{where}.population_size", raw["population_size"], 1),
-      checks.check_probability(f"{where}.sampling_probability",
-                               raw["sampling_probability"]),
-      Sampling.check(f"{where}.sampling", raw["sampling"]),
-      _int_at_least(f"{where}.examples_per_record",
-                    raw["examples_per_record"], 1),
-      tuple(check_query(q, f"{where}.sum_queries[{j}]")
-            for j, q in enumerate(queries)),
-      PrivacyUnit.check(f"{where}.privacy_unit",
-                        raw.get("privacy_unit", PrivacyUnit.EXAMPLE)))
+# A sample entry, one check per key (the fields of ``Sample``; all but
+# ``sum_queries`` are those of ``SamplingEvent``).
+SAMPLE_FIELDS: Dict[str, FieldCheck] = {
+    # n: the number of privacy units (examples, or users).
+    "population_size": int_at_least(1),
+    # q: the probability that a unit is in the sample (Poisson), or the
+    # sample size / n (fixed-size, shuffled).
+    "sampling_probability": checks.check_probability,
+    # What each kind means, and how "shuffled" is accounted: Sampling.
+    "sampling": Sampling.check,
+    # The microbatch size, or 1.
+    "examples_per_record": int_at_least(1),
+    # (l2_norm_clip, noise_stddev) of each Gaussian sum query released.
+    "sum_queries": lambda where, value: tuple(
+        check_query(q, f"{where}[{j}]")
+        for j, q in enumerate(read_list(where, value))),
+    # What one record is and what epsilon protects; written for "user" only.
+    "privacy_unit": PrivacyUnit.check,
+}
+RUN_FIELDS = dict(SAMPLE_FIELDS, count=int_at_least(1))
 
 
-def merge_runs(runs: Iterable[Run]) -> List[Run]:
-  """Merges consecutive runs of equal samples (counts add)."""
-  out: List[Run] = []
-  for run in runs:
-    if out and out[-1].sample == run.sample:
-      out[-1] = Run(run.sample, out[-1].count + run.count)
-    else:
-      out.append(run)
-  return out
-
-
-def _runs_from_v1_entries(entries):
-  """Runs of version-1 entries; an entry equal to the previous raw entry
-  (a fast dict comparison) is not validated again."""
+def _read_runs(where: str, entries: Any,
+               fields: Mapping[str, FieldCheck]) -> List[Run]:
+  """The runs of a list of sample entries (count 1 each) or run entries,
+  consecutive equal samples merged. An entry equal to the one before it is
+  not checked again (a fast dict comparison: a 10^6-entry version-1 export
+  reads in seconds)."""
   runs: List[Run] = []
-  previous = None
-  for i, raw in enumerate(entries):
-    if runs and isinstance(raw, dict) and raw == previous:
-      runs[-1] = Run(runs[-1].sample, runs[-1].count + 1)
+  previous, count = None, 0
+  for i, raw in enumerate(read_list(where, entries)):
+    if runs and raw == previous:
+      runs[-1] = Run(runs[-1].sample, runs[-1].count + count)
       continue
-    sample = check_sample(raw, f"samples[{i}]")
-    previous = raw
+    values = read_object(f"{where}[{i}]", raw, fields, OPTIONAL_SAMPLE_KEYS)
+    count = values.pop("count", 1)
+    sample, previous = Sample(**values), raw
     if runs and runs[-1].sample == sample:
-      runs[-1] = Run(sample, runs[-1].count + 1)
+      runs[-1] = Run(sample, runs[-1].count + count)
     else:
-      runs.append(Run(sample, 1))
+      runs.append(Run(sample, count))
   return runs
 
 
 def _check_format(data):
   if not isinstance(data, dict):
-    raise ValueError("A ledger export must be a dict (or its JSON) with a "
-                     f"'format' key; got {type(data).__name__}.")
+    raise LedgerFormatError("A ledger export must be a dict (or its JSON) "
+                            f"with a 'format' key; got {type(data).__name__}.")
   fmt = data.get("format")
   if fmt in READABLE_FORMATS:
     return fmt
   if isinstance(fmt, str) and fmt.startswith(_FORMAT_PREFIX):
-    raise ValueError(f"format {fmt!r} was written by a newer tf_dp (this one "
-                     f"reads {READABLE_FORMATS}); upgrade tf_dp to read it.")
-  raise ValueError(f"Not a tf_dp ledger export: format must be one of "
-                   f"{READABLE_FORMATS}; got {fmt!r}.")
-
-
-# The key of a correlated-noise run's record in a ledger export
-# (``correlated_noise_accounting``); ``decode`` refuses it.
-CORRELATED_NOISE_KEY = "correlated_noise"
+    raise LedgerFormatError(
+        f"format {fmt!r} was written by a newer tf_dp (this one reads "
+        f"{READABLE_FORMATS}); upgrade tf_dp to read it.")
+  raise LedgerFormatError(f"Not a tf_dp ledger export: format must be one of "
+                          f"{READABLE_FORMATS}; got {fmt!r}.")
 
 
 def decode(data: Any) -> Tuple[List[Run], int]:
@@ -250,56 +262,49 @@ def decode(data: Any) -> Tuple[List[Run], int]:
     LedgerFormatError: naming the first invalid field, its value and the
       fix.
   """
-  try:
-    return _decode(data)
-  except LedgerFormatError:
-    raise
-  except ValueError as e:  # A field check of tf_dp.analysis.checks.
-    raise LedgerFormatError(str(e)) from None
-
-
-def _decode(data):
   fmt = _check_format(data)
-  if isinstance(data, dict) and CORRELATED_NOISE_KEY in data:
-    raise PrivacyError(
+  if CORRELATED_NOISE_KEY in data:
+    raise LedgerFormatError(
         "This ledger records a correlated-noise run (DPOptimizer(..., "
         "noise_strategy=...)): its samples are not independent Gaussian "
         "queries and only tf_dp.analysis.compute_epsilon_from_ledger "
         "accounts it (from the strategy's sensitivity).")
-  key = "samples" if fmt == FORMAT_V1 else "runs"
-  top = {"format", "dropped_samples", key}
-  unknown = sorted(set(data) - top)
-  if unknown or key not in data:
-    raise ValueError(f"A {fmt} ledger has the keys {sorted(top)}; missing "
-                     f"{[k for k in (key,) if k not in data]}, unknown "
-                     f"{unknown}.")
-  dropped = _int_at_least("dropped_samples", data.get("dropped_samples", 0),
-                          0)
-  entries = data[key]
-  if not isinstance(entries, list):
-    raise ValueError(f"{key} must be a list; got {type(entries).__name__}.")
-  if fmt == FORMAT_V1:
-    runs = _runs_from_v1_entries(entries)
-  else:
-    runs = merge_runs([
-        Run(check_sample(r, f"runs[{i}]", extra_keys=("count",)),
-            _int_at_least(f"runs[{i}].count", r.get("count"), 1))
-        for i, r in enumerate(entries)])
-  return runs, dropped
+  key, fields = (("samples", SAMPLE_FIELDS) if fmt == FORMAT_V1
+                 else ("runs", RUN_FIELDS))
+  top = {"format": lambda where, value: value,
+         "dropped_samples": int_at_least(0),
+         key: lambda where, value: _read_runs(where, value, fields)}
+  export = read_object("", data, top, {"dropped_samples": 0},
+                       label=f"A {fmt} ledger export")
+  return export[key], export["dropped_samples"]
 
+
+def merge_runs(runs: Iterable[Run]) -> List[Run]:
+  """Merges consecutive runs of equal samples (counts add)."""
+  out: List[Run] = []
+  for run in runs:
+    if out and out[-1].sample == run.sample:
+      out[-1] = Run(run.sample, out[-1].count + run.count)
+    else:
+      out.append(run)
+  return out
+
+
+def total_samples(runs: Iterable[Run]) -> int:
+  """The number of samples (steps) in ``runs``."""
+  return sum(r.count for r in runs)
+
+
+# --- Writing an export. ---
 
 def sample_to_dict(sample: Sample) -> Dict[str, Any]:
-  """A ``Sample`` as a (fresh) JSON-ready dict (``privacy_unit`` only when
-  it is not ``"example"``)."""
-  entry = dict(sample._asdict())
-  entry["sum_queries"] = [dict(zip(QUERY_KEYS, q))
-                          for q in sample.sum_queries]
-  for key, default in OPTIONAL_SAMPLE_KEYS.items():
-    if entry[key] == default:
-      del entry[key]
-    else:
-      entry[key] = str(entry[key])
-  return entry
+  """A ``Sample`` as a (fresh) JSON-ready dict, without the
+  ``OPTIONAL_SAMPLE_KEYS`` whose value is their default."""
+  entry = dict(sample._asdict(), privacy_unit=str(sample.privacy_unit),
+               sum_queries=[dict(zip(QUERY_KEYS, q))
+                            for q in sample.sum_queries])
+  return {k: v for k, v in entry.items()
+          if k not in OPTIONAL_SAMPLE_KEYS or v != OPTIONAL_SAMPLE_KEYS[k]}
 
 
 def encode(runs: Sequence[Run], dropped_samples: int,
@@ -310,20 +315,12 @@ def encode(runs: Sequence[Run], dropped_samples: int,
     return {"format": FORMAT_V1, "dropped_samples": int(dropped_samples),
             "samples": samples}
   if ledger_format == FORMAT_V2:
-    runs_out = []
-    for r in merge_runs(runs):
-      entry = sample_to_dict(r.sample)
-      entry["count"] = int(r.count)
-      runs_out.append(entry)
+    runs_out = [dict(sample_to_dict(r.sample), count=int(r.count))
+                for r in merge_runs(runs)]
     return {"format": FORMAT_V2, "dropped_samples": int(dropped_samples),
             "runs": runs_out}
   raise ValueError(f"ledger_format must be one of {READABLE_FORMATS}; got "
                    f"{ledger_format!r}.")
-
-
-def total_samples(runs: Iterable[Run]) -> int:
-  """The number of samples (steps) in ``runs``."""
-  return sum(r.count for r in runs)
 
 
 # --- The PrivacyLedger buffer layout (also what checkpoints hold). ---
