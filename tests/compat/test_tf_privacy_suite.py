@@ -50,7 +50,7 @@ NOT_RUN = {
         "samples: 1.6 standard errors) fails about 1 run in 10 for exact "
         "Gaussian noise (tf_dp's is keyed from OS entropy, so no seed makes "
         "it repeatable); NestedQuery's noise is tested in "
-        "tests/dp_query/test_normalized_and_nested_query.py",
+        "tests/dp_query/test_nested_query.py",
 }
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+from tests.keras.test_callbacks import dense_model
 from tf_dp.keras import dp_step
 from tf_dp.keras import losses as losses_lib
 
@@ -441,3 +442,45 @@ def test_isinstance_of_dp_optimizer_holds_for_every_flavour(K):
   assert issubclass(type(optimizer), tf_dp.DPOptimizer)
   assert not isinstance(K.optimizers.SGD(0.1), tf_dp.DPOptimizer)
   assert not isinstance(object(), tf_dp.DPOptimizer)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_poisson_training_records_poisson_samples(K):
+  x, y = helpers.make_data("dense", 200)
+  q = 0.1
+  model = dense_model(K, 200, l2_norm_clip=1.0, noise_multiplier=1.0,
+                      sampling="poisson", sampling_probability=q)
+  data = tf_dp.data.poisson_sampled_batches(x, y, q, 20, seed=3)
+  model.fit(data, epochs=1, verbose=0)
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(200, 20, 1.0, 2, 1e-5)
+  assert eps == pytest.approx(expected, rel=1e-5)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert {s["sampling"] for s in samples} == {"poisson"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K", KERAS[:1])
+def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):
+  (x, y), (xt, yt) = tf_dp.data.load_mnist()
+  n = 20000
+  x = (x[:n].reshape(n, -1) / 255.0).astype("float32")
+  y = y[:n].astype("int32")
+  xt = (xt[:2000].reshape(2000, -1) / 255.0).astype("float32")
+  yt = yt[:2000].astype("int32")
+  model = tf_dp.keras.make_private(K.Sequential([
+      K.layers.Input((784,)), K.layers.Dense(128, activation="relu"),
+      K.layers.Dense(10)]))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.1,
+      population_size=n), loss=K.losses.SparseCategoricalCrossentropy(
+          from_logits=True), metrics=["accuracy"])
+  model.fit(x, y, batch_size=250, epochs=2, verbose=0)
+  _, accuracy = model.evaluate(xt, yt, verbose=0)
+  assert accuracy > 0.8  # chance is 0.1
+  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      n, 250, 1.1, 2, 1e-5, sampling="fixed_size")
+  assert eps == pytest.approx(expected, rel=1e-5) and math.isfinite(eps)

@@ -1,7 +1,8 @@
-"""PrivacyBudget callback, Poisson training, and a real MNIST run."""
+"""Tests of the PrivacyBudget callback: epsilon logged each epoch (and seen
+by the CSV and TensorBoard loggers), training stopped before the target is
+exceeded, and lots never larger than planned."""
 
 import csv
-import math
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+
 
 KERAS = helpers.keras_modules()
 
@@ -104,48 +106,6 @@ def test_budget_reports_when_the_first_lot_already_exceeds(K):
   model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[budget])
   assert budget.exceeded
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 1
-
-
-@pytest.mark.parametrize("K", KERAS)
-def test_poisson_training_records_poisson_samples(K):
-  x, y = helpers.make_data("dense", 200)
-  q = 0.1
-  model = dense_model(K, 200, l2_norm_clip=1.0, noise_multiplier=1.0,
-                      sampling="poisson", sampling_probability=q)
-  data = tf_dp.data.poisson_sampled_batches(x, y, q, 20, seed=3)
-  model.fit(data, epochs=1, verbose=0)
-  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
-      model.optimizer.ledger, 1e-5)
-  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(200, 20, 1.0, 2, 1e-5)
-  assert eps == pytest.approx(expected, rel=1e-5)
-  samples = model.optimizer.ledger.to_dict()["samples"]
-  assert {s["sampling"] for s in samples} == {"poisson"}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("K", KERAS[:1])
-def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):
-  (x, y), (xt, yt) = tf_dp.data.load_mnist()
-  n = 20000
-  x = (x[:n].reshape(n, -1) / 255.0).astype("float32")
-  y = y[:n].astype("int32")
-  xt = (xt[:2000].reshape(2000, -1) / 255.0).astype("float32")
-  yt = yt[:2000].astype("int32")
-  model = tf_dp.keras.make_private(K.Sequential([
-      K.layers.Input((784,)), K.layers.Dense(128, activation="relu"),
-      K.layers.Dense(10)]))
-  model.compile(optimizer=tf_dp.DPOptimizer(
-      K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=1.1,
-      population_size=n), loss=K.losses.SparseCategoricalCrossentropy(
-          from_logits=True), metrics=["accuracy"])
-  model.fit(x, y, batch_size=250, epochs=2, verbose=0)
-  _, accuracy = model.evaluate(xt, yt, verbose=0)
-  assert accuracy > 0.8  # chance is 0.1
-  eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(
-      model.optimizer.ledger, 1e-5)
-  expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
-      n, 250, 1.1, 2, 1e-5, sampling="fixed_size")
-  assert eps == pytest.approx(expected, rel=1e-5) and math.isfinite(eps)
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -1,4 +1,5 @@
-"""Tests of NormalizedQuery, NestedQuery and NoPrivacy queries."""
+"""Tests of NestedQuery: one query per group of a structure, each clipped
+and noised on its own."""
 
 import numpy as np
 import pytest
@@ -6,23 +7,8 @@ import tensorflow as tf
 
 from tf_dp.dp_query import GaussianSumQuery
 from tf_dp.dp_query import NestedQuery
-from tf_dp.dp_query import NoPrivacyAverageQuery
-from tf_dp.dp_query import NormalizedQuery
 from tf_dp.dp_query import SumQueryEvent
 from tests.dp_query.test_gaussian_query import run_query
-
-
-def test_normalized_query_divides_by_public_denominator():
-  query = NormalizedQuery(GaussianSumQuery(5.0, 0.0), denominator=4.0)
-  result, _, event = run_query(query, [tf.constant([1.0, 2.0]),
-                                       tf.constant([3.0, 0.0])])
-  np.testing.assert_allclose(result, [1.0, 0.5], rtol=1e-6)
-  assert float(event.l2_norm_clip) == 5.0
-
-
-def test_normalized_query_rejects_bad_denominator():
-  with pytest.raises(ValueError, match="denominator"):
-    NormalizedQuery(GaussianSumQuery(1.0, 1.0), 0.0)
 
 
 def test_nested_query_clips_each_group_separately():
@@ -61,11 +47,3 @@ def test_nested_query_noise_per_group_statistics():
   assert np.std(result[0]) == pytest.approx(1.0, rel=0.01)
   assert np.std(result[1]) == pytest.approx(3.0, rel=0.01)
   assert abs(np.corrcoef(result[0], result[1])[0, 1]) < 0.02
-
-
-def test_no_privacy_average():
-  query = NoPrivacyAverageQuery()
-  result, _, event = run_query(query, [tf.constant([1.0, 3.0]),
-                                       tf.constant([3.0, 5.0])])
-  np.testing.assert_allclose(result, [2.0, 4.0])
-  assert float(event.noise_stddev) == 0.0
