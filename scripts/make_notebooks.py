@@ -4,7 +4,9 @@
 format editors such as VS Code and Jupytext read. This writes
 ``tutorials/notebooks/tNN_*.ipynb`` (nbformat 4), Colab-style notebooks that
 run top to bottom. ``--check`` exits 1 if a notebook is stale; a test runs it
-and executes every notebook.
+and executes every notebook. The cells are those jupytext reads from the
+same scripts; this stays a script so that the notebooks are byte-for-byte
+reproducible (jupytext writes random cell ids) without a dependency.
 """
 
 import glob
@@ -26,7 +28,10 @@ def cells_of(text):
       if kind == "markdown":
         body = "\n".join(l[2:] if l.startswith("# ") else l.lstrip("#")
                          for l in body.splitlines())
-      cells.append({"cell_type": kind, "metadata": {},
+      # nbformat 4.5 requires an id per cell; its position keeps the
+      # output reproducible.
+      cells.append({"cell_type": kind, "id": f"cell-{len(cells)}",
+                    "metadata": {},
                     "source": body.splitlines(keepends=True),
                     **({"outputs": [], "execution_count": None}
                        if kind == "code" else {})})

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -22,6 +23,15 @@ def test_notebooks_are_generated_from_the_scripts():
                        check=False)
   assert out.returncode == 0, out.stdout
   assert len(NOTEBOOKS) >= 7
+
+
+def test_notebooks_are_valid_nbformat():
+  nbformat = pytest.importorskip("nbformat")  # The tutorials extra.
+  for path in NOTEBOOKS:
+    with warnings.catch_warnings():
+      # nbformat warns (MissingIDFieldWarning) where it will refuse later.
+      warnings.simplefilter("error")
+      nbformat.validate(nbformat.read(path, as_version=4))
 
 
 @pytest.mark.slow
