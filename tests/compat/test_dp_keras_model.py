@@ -3,8 +3,10 @@
 The TF Privacy usage, ``DPSequential(l2_norm_clip, noise_multiplier,
 layers=[...])`` then ``compile(optimizer=<plain Keras optimizer>)``, as in
 ``tensorflow_privacy/privacy/keras_models/dp_keras_model_test.py``
-(testBaseline, testClippingNorm: its inputs and expected weights); plus one
-lot of 8 examples against the clipped average computed in numpy.
+(testClippingNorm: its inputs and expected weights, with the
+``population_size`` its ``tf.data`` pipeline does not give; the file itself
+runs in ``test_tf_privacy_suite.py``); plus one lot of 8 examples against
+the clipped average computed in numpy.
 """
 
 import numpy as np
@@ -75,20 +77,6 @@ def _tf_privacy_model(kind, l2_norm_clip):
   inputs = K.Input(shape=(2,), dtype=tf.float32)
   return tfp.DPModel(l2_norm_clip=l2_norm_clip, noise_multiplier=0.0,
                      inputs=inputs, outputs=layer(inputs), population_size=1)
-
-
-def test_baseline():
-  """dp_keras_model_test.py, testBaseline: one example [3, 4], label 15,
-  clip 1e9, noise 0, SGD 0.01, MSE: the gradient is -[90, 120], -30, so
-  the weights are [[0.9], [1.2]] and the bias [0.3]."""
-  model = _tf_privacy_model("DPSequential", 1.0e9)
-  with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    model.compile(optimizer=K.optimizers.SGD(learning_rate=0.01),
-                  loss=K.losses.MeanSquaredError())
-  model.fit(TRAIN_DATA, TRAIN_LABELS, epochs=1, batch_size=1, verbose=0)
-  weights, bias = model.get_weights()
-  np.testing.assert_allclose(weights, [[0.90], [1.20]], rtol=1e-5)
-  np.testing.assert_allclose(bias, [0.30], rtol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["DPSequential", "DPModel"])

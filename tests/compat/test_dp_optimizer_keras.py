@@ -7,7 +7,8 @@ variables; tf_dp computes per-example gradients in the training step of a
 model converted with ``make_private``, so each case is a Keras model whose
 weights are TF Privacy's variables and whose per-example loss is TF
 Privacy's loss, trained for one lot with ``fit``. With noise 0 the update
-must equal the optimizer's update for the expected clipped average.
+must equal the optimizer's update for the expected clipped average. The
+file's Keras-model cases run as released in ``test_tf_privacy_suite.py``.
 """
 
 import numpy as np
@@ -152,28 +153,6 @@ def test_large_batch_emulation_no_noise():
     for a, b in zip(state, expected):
       np.testing.assert_allclose(a, b, rtol=1e-6)
     assert optimizer.ledger is not None
-
-
-@pytest.mark.parametrize("num_microbatches", [1, None])
-def test_keras_model_baseline_no_noise(num_microbatches):
-  """testKerasModelBaselineNoNoise: Dense(1) from zeros, SGD 0.05, TF
-  Privacy's MeanSquaredError(reduction='none'), 1000 noise-free examples,
-  batch 8, one epoch: the weights reach the truth within 0.05."""
-  rng = np.random.default_rng(0)
-  true_weights = np.array([[-5], [4], [3], [2]], np.float32)
-  x = rng.normal(scale=3.0, size=(1000, 4)).astype(np.float32)
-  y = x @ true_weights + 6.0
-  model = K.Sequential([K.layers.Input((4,)), K.layers.Dense(
-      1, kernel_initializer="zeros", bias_initializer="zeros")])
-  model = tf_dp.keras.make_private(model)
-  with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    optimizer = tfp.DPKerasSGDOptimizer(100.0, 0.0, num_microbatches,
-                                        learning_rate=0.05,
-                                        population_size=1000)
-  model.compile(optimizer, K.losses.MeanSquaredError(reduction="none"))
-  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
-  np.testing.assert_allclose(model.get_weights()[0], true_weights, atol=0.05)
-  np.testing.assert_allclose(model.get_weights()[1], [6.0], atol=0.05)
 
 
 def test_population_size_comes_from_fit_arrays_as_in_tf_privacy_scripts():

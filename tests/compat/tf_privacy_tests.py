@@ -8,7 +8,11 @@ copy ``scripts/setup_env.sh`` puts in the environment, else ``pip download
 file as it is, byte for byte, with every ``tensorflow_privacy.<path>``
 import answered by ``tf_dp.compat.tensorflow_privacy.<path>``. TF Privacy's
 test helpers (``test_utils``) come from the wheel too; nothing of TF
-Privacy's library is imported.
+Privacy's library is imported. While a file executes, two things it reads
+at import time but tf_dp does not provide are lent as stand-ins that raise
+when used: ``tf.estimator`` where TensorFlow has none (TF 2.16 and later)
+and the TF Privacy names of ``UNMAPPED``; the tests that use them are not
+run (``test_tf_privacy_suite.NOT_RUN``).
 """
 
 import importlib
@@ -24,6 +28,13 @@ WHEEL = f"tensorflow_privacy-{VERSION}-py3-none-any.whl"
 COMPAT = "tf_dp.compat.tensorflow_privacy"
 # TF Privacy's helper modules for its tests, loaded from the wheel.
 HELPERS = ("tensorflow_privacy.privacy.dp_query.test_utils",)
+# TF Privacy names that tf_dp.compat does not map (README, Migrating from TF
+# Privacy, "Not mapped") and that a test file reads while it is defined (in
+# a decorator's arguments): module -> names.
+UNMAPPED = {
+    "privacy.optimizers.dp_optimizer_keras": (
+        "DPFTRLTreeAggregationOptimizer",),
+}
 
 
 def wheel_path():
@@ -100,6 +111,43 @@ class _Loaded:
     module.__spec__ = self._spec
 
 
+class _Missing:
+  """A stand-in for something tf_dp or TensorFlow does not provide: any
+  call or attribute raises ``NotImplementedError`` with ``why``."""
+
+  def __init__(self, why):
+    self._why = why
+
+  def __call__(self, *args, **kwargs):
+    raise NotImplementedError(self._why)
+
+  def __getattr__(self, name):
+    raise NotImplementedError(f"{self._why} (read: {name})")
+
+
+def _missing_module(name, why):
+  module = types.ModuleType(name)
+  module.__getattr__ = _Missing(why).__getattr__
+  return module
+
+
+def _lend_estimator():
+  """``tensorflow.estimator`` and ``tensorflow.compat.v1.estimator`` as
+  stand-ins, where TensorFlow has none: ``from tensorflow import estimator``
+  then finds them in ``sys.modules``. Returns the names lent."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  lent = []
+  for package in ("tensorflow", "tensorflow.compat.v1"):
+    package = importlib.import_module(package)
+    name = package.__name__ + ".estimator"
+    if not hasattr(package, "estimator") and name not in sys.modules:
+      sys.modules[name] = _missing_module(
+          name, f"tf.estimator exists up to TF 2.15 only (this is TF "
+          f"{tf.__version__})")
+      lent.append(name)
+  return lent
+
+
 def load_test_module(relative_path):
   """Executes TF Privacy's ``tensorflow_privacy/<relative_path>`` (a test
   file) with its ``tensorflow_privacy`` imports answered by tf_dp.compat.
@@ -122,12 +170,21 @@ def load_test_module(relative_path):
         "tensorflow_privacy"):])
     setattr(package, attribute, _exec_module(wheel, helper))
     lent.append((package, attribute, helper))
+  for module_name, attributes in UNMAPPED.items():
+    package = importlib.import_module(f"{COMPAT}.{module_name}")
+    for attribute in attributes:
+      setattr(package, attribute, _Missing(
+          f"tensorflow_privacy.{module_name}.{attribute} is not mapped by "
+          f"tf_dp.compat (README, Migrating from TF Privacy, Not mapped)"))
+      lent.append((package, attribute, None))
+  estimator = _lend_estimator()
   try:
     return _exec_module(wheel, name)
   finally:
     sys.meta_path.remove(finder)
     for package, attribute, helper in lent:
       delattr(package, attribute)
-      imported.append(helper)
-    for alias in imported + [name]:
+      if helper:
+        imported.append(helper)
+    for alias in imported + estimator + [name]:
       sys.modules.pop(alias, None)
