@@ -79,12 +79,16 @@ def _tf_privacy_model(kind, l2_norm_clip):
                      inputs=inputs, outputs=layer(inputs), population_size=1)
 
 
-@pytest.mark.parametrize("kind", ["DPSequential", "DPModel"])
-@pytest.mark.parametrize("l2_norm_clip", [10.0, 40.0, 200.0])
-@pytest.mark.parametrize("weighted", [False, True])
+# TF Privacy's clips against the gradient's norm (153, 27.5 with the
+# weight): clipped with and without the weight, and not clipped; both kinds
+# build the same converted step, so each case takes one of them.
+@pytest.mark.parametrize("kind,l2_norm_clip,weighted", [
+    ("DPSequential", 10.0, False), ("DPModel", 10.0, True),
+    ("DPModel", 40.0, False), ("DPSequential", 200.0, True)])
 def test_clipping_norm(kind, l2_norm_clip, weighted):
   """dp_keras_model_test.py, testClippingNorm (without TF Privacy's
-  layer_registry; tf_dp picks its fast path itself): the gradient
+  layer_registry; tf_dp picks its fast path itself), with the
+  population_size its tf.data pipeline cannot give: the gradient
   [90, 120, 30] (times the sample weight 0.18) is clipped to the norm, and
   SGD 0.01 applies it; the logged loss is Keras's weighted MSE."""
   model = _tf_privacy_model(kind, l2_norm_clip)
@@ -102,6 +106,39 @@ def test_clipping_norm(kind, l2_norm_clip, weighted):
   np.testing.assert_allclose(got, expected, rtol=1e-5)
   np.testing.assert_allclose(results.history["loss"][0], expected_loss,
                              rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind,num_microbatches,weighted", [
+    ("DPModel", None, True), ("DPSequential", 2, True),
+    ("DPSequential", 4, False)])
+def test_microbatches(kind, num_microbatches, weighted):
+  """dp_keras_model_test.py, testMicrobatches, with the population_size its
+  tf.data pipeline cannot give: Dense(1) without bias from zeros, clip 1,
+  SGD 1; each microbatch's mean of (weighted) per-example gradients
+  2 x (w.x - y) is clipped, and the update is minus their mean."""
+  x = np.array([[2.0, 3.0], [4.0, 5.0], [6.0, 7.0], [8.0, 9.0]], np.float32)
+  y = np.array([[1.0], [3.0], [-2.0], [-4.0]], np.float32)
+  w = np.array([0.1, 0.2, 0.3, 0.4], np.float32) if weighted else None
+  layer = K.layers.Dense(1, use_bias=False, kernel_initializer="zeros")
+  dp = dict(l2_norm_clip=1.0, noise_multiplier=0.0,
+            num_microbatches=num_microbatches, population_size=4)
+  if kind == "DPSequential":
+    model = tfp.DPSequential(layers=[K.layers.Input((2,)), layer], **dp)
+  else:
+    inputs = K.Input(shape=(2,), dtype=tf.float32)
+    model = tfp.DPModel(inputs=inputs, outputs=layer(inputs), **dp)
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    model.compile(optimizer=K.optimizers.SGD(learning_rate=1.0),
+                  loss=K.losses.MeanSquaredError())
+  parts = (x, y) + ((w,) if weighted else ())
+  model.fit(tf.data.Dataset.from_tensors(parts), epochs=1, verbose=0)
+  # TF Privacy's _compute_expected_gradients, at w0 = 0.
+  grads = 2 * x * (0.0 - y) * (w if weighted else np.ones(4))[:, None]
+  grads = grads.reshape(num_microbatches or 4, -1, 2).mean(axis=1)
+  norms = np.linalg.norm(grads, axis=1)
+  grads = grads * np.minimum(1.0 / norms, 1.0)[:, None]
+  np.testing.assert_allclose(model.get_weights()[0].ravel(),
+                             -grads.mean(axis=0), rtol=1e-5)
 
 
 def test_compile_without_population_size_takes_it_from_fit():

@@ -181,12 +181,26 @@ NOT_RUN.update({
                         ("testMultiDimensionalOutput", 12))
     for i in range(1, cases, 2)})
 # The even cases left take 3 to 6 s each (a DP step traced per case): CI
-# runs a few on every stack, and on the stack that runs slow tests one more
-# per value of each parameter (noise: clip 3/5 x noise 2/4 x microbatches
-# None/1/2/4 = cases 0/6 + 12/18/30; labels: case 0 + 10).
-_RUN = {"testNoiseMultiplier": {0, 6}, "testMultiDimensionalOutput": {0}}
-SLOW = {f"{_MODEL_TEST}testNoiseMultiplier{i}" for i in (12, 18, 30)} | {
-    f"{_MODEL_TEST}testMultiDimensionalOutput10"}
+# runs the first on every stack and, on the stack that runs slow tests, one
+# that changes clip, noise and microbatches (case 0: clip 3, noise 2, None;
+# case 30: clip 5, noise 4, 4 microbatches).
+_RUN = {"testNoiseMultiplier": {0}, "testMultiDimensionalOutput": {0}}
+_ADAPTIVE = ("quantile_adaptive_clip_sum_query_test."
+             "QuantileAdaptiveClipSumQueryTest.")
+# Slow: run on the stack that runs slow tests only (TF 2.21). Besides that
+# case, the query tests that take 2 to 19 s (1000 eager query runs that
+# estimate a noise stddev, 50-step adaptations): the query code is the same
+# TensorFlow ops on both stacks, and tf_dp's noise has its own tests
+# (tests/dp_query).
+SLOW = {
+    f"{_MODEL_TEST}testNoiseMultiplier30",
+    f"{_ADAPTIVE}test_sum_with_noise",
+    f"{_ADAPTIVE}test_adaptation_linspace*",
+    f"{_ADAPTIVE}test_adaptation_all_equal*",
+    "gaussian_query_test.GaussianQueryTest.test_gaussian_sum_with_noise",
+    "quantile_estimator_query_test.QuantileEstimatorQueryTest."
+    "test_tree_noise_restart",
+}
 NOT_RUN.update({
     f"{_MODEL_TEST}{test}{i}": (
         f"the same step as the cases of {test} that run, with other "
