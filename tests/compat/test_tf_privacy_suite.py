@@ -101,9 +101,10 @@ _BARE_VARIABLES = (
     f"gradients in the model's step; the noise-free cases are ported to "
     f"models in tests/compat/test_dp_optimizer_keras.py)")
 _SUMMED = (
-    f"apply_gradients of gradients summed outside tf_dp's step is refused "
-    f"with an error naming make_private, not an AssertionError "
-    f"({_MIGRATING}, DPKeras*Optimizer)")
+    f"apply_gradients outside tf_dp's step raises an error naming "
+    f"make_private, not an AssertionError ({_MIGRATING}, DPKeras*Optimizer); "
+    f"on Keras 3, Keras's apply_gradients first raises a TypeError for the "
+    f"test's argument (a variable, not a list of pairs)")
 _DATASET = (
     f"fit on a tf.data pipeline needs population_size, the n of the "
     f"accounting (the first step fails naming it; {_MIGRATING}, "
