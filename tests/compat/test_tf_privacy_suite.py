@@ -233,15 +233,15 @@ def _graph_mode_per_test(cls):
   def set_up_(self):
     set_up(self)  # tf.test.TestCase.setUp resets the default graph.
     if graph_mode:
-      self._tf_dp_graph = tf.Graph().as_default()  # pylint: disable=protected-access
-      self._tf_dp_graph.__enter__()  # pylint: disable=protected-access
+      self._tf_dp_graph = tf.Graph().as_default()
+      self._tf_dp_graph.__enter__()
 
   def tear_down_(self):
     try:
       tear_down(self)
     finally:
       if graph_mode:
-        self._tf_dp_graph.__exit__(None, None, None)  # pylint: disable=protected-access
+        self._tf_dp_graph.__exit__(None, None, None)
 
   cls.setUpClass = classmethod(set_up_class_)
   cls.setUp, cls.tearDown = set_up_, tear_down_
