@@ -8,6 +8,9 @@ test_mirrored_strategy.py. Usage:
   mirrored_worker.py keras3|keras2 one_replica|microbatches|neighbour
       # one logical CPU (one_replica), or 2 with num_microbatches=4
       # (microbatches) or one example replaced, noise 0 (neighbour)
+  mirrored_worker.py keras3|keras2 user4|user3|correlated|correlated_noise
+      # 2 logical CPUs: a user-level step on a lot of 4 (3) users, a
+      # correlated-noise fit with noise 0, its noise's spread
   mirrored_worker.py keras3|keras2 exact|noise|poisson PORT0 PORT1 INDEX
       # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
 """
@@ -74,6 +77,135 @@ def one_step(x, y, clip, **dp_kwargs):
   return model, before, after
 
 
+def run_user_level(users_per_batch):
+  """One noise-free step on a fixed-size lot of ``users_per_batch`` users
+  (3 rows each) against the per-user loop, or the error fit raised."""
+  from tests.keras import test_user_level as user_tests  # pylint: disable=g-import-not-at-top
+  k = user_tests.K_ROWS
+  x, y, ids = user_tests.user_data()
+  lot = next(iter(tf_dp.data.fixed_size_sampled_users(
+      x, y, ids, users_per_batch, 1, k, seed=3)))
+  xb, yb, wb = (np.asarray(t) for t in lot)
+  # The sampler's lot, replayed: the reference needs the rows fit sees.
+  lots = lambda: tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensors(lot), "fixed_size", population_size=12,
+      privacy_unit="user", max_examples_per_user=k)
+  result = {"rows": len(xb)}
+  # How the strategy hands the batch to its replicas.
+  parts = strategy.experimental_local_results(next(iter(
+      strategy.experimental_distribute_dataset(lots())))[0])
+  result["replica_rows"] = [int(p.shape[0]) for p in parts]
+  result["parts_in_order"] = bool(np.array_equal(
+      np.concatenate([np.asarray(p) for p in parts]), xb))
+  with strategy.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=0.05, noise_multiplier=0.0,
+        population_size=12, sampling="fixed_size", privacy_unit="user",
+        max_examples_per_user=k),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  expected = user_tests.clipped_user_sum(model, xb, yb, wb, 0.05)
+  before = [np.asarray(v.numpy(), np.float64)
+            for v in model.trainable_variables]
+  try:
+    model.fit(lots(), epochs=1, verbose=0)
+    result["error"] = None
+  except Exception as e:  # pylint: disable=broad-except
+    result["error"] = f"{type(e).__name__}: {e}"[:3000]
+  after = [np.asarray(v.numpy(), np.float64)
+           for v in model.trainable_variables]
+  result["max_abs_error"] = float(max(np.max(np.abs(
+      (b - a) * users_per_batch - e)) for a, b, e in zip(after, before,
+                                                        expected)))
+  result["moved"] = float(max(np.max(np.abs(a - b))
+                              for a, b in zip(after, before)))
+  result["user_rows"] = user_tests.K_ROWS
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  result["ledger"] = [[s["privacy_unit"], s["population_size"],
+                       s["sampling_probability"]] for s in samples]
+  return result
+
+
+def correlated_model(z, clip=0.01, scope=None, **dp):
+  with (scope or strategy).scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                     self_check=False)
+    model.compile(optimizer=tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
+        population_size=24, **dp),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+def weights_per_step(model, x, y, batch, epochs=1):
+  seen = [[np.asarray(v.numpy(), np.float64)
+           for v in model.trainable_variables]]
+
+  class Record(K.callbacks.Callback):
+
+    def on_train_batch_end(self, batch, logs=None):
+      seen.append([np.asarray(v.numpy(), np.float64)
+                   for v in model.trainable_variables])
+
+  model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0,
+            callbacks=[Record()])
+  return seen
+
+
+def run_correlated():
+  """Noise 0: a correlated-noise fit's steps against DP-SGD's and the
+  per-example loop, and its ledger record."""
+  from tf_dp.analysis import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  x, y = helpers.make_data("dense", 24, seed=1)
+  result = {}
+  model = correlated_model(0.0, noise_strategy=mf.banded_strategy(6, 3),
+                           max_passes=2)
+  try:
+    seen = weights_per_step(model, x, y, 8)
+    result["error"] = None
+  except Exception as e:  # pylint: disable=broad-except
+    result["error"] = f"{type(e).__name__}: {e}"[:2000]
+    return result
+  plain = weights_per_step(correlated_model(0.0), x, y, 8)
+  result["steps"] = len(seen) - 1
+  result["max_error_vs_dp_sgd"] = float(max(
+      np.max(np.abs(a - b)) for s, p in zip(seen, plain)
+      for a, b in zip(s, p)))
+  with strategy.scope():
+    reference_model = helpers.build_model(K, "dense")
+  expected = helpers.reference_update(reference_model, x[:8], y[:8],
+                                      clip=0.01, lr=1.0)
+  result["max_error_vs_loop"] = float(max(
+      np.max(np.abs(a - b)) for a, b in zip(expected, seen[1])))
+  data = model.optimizer.ledger.to_dict()
+  result["record"] = {key: data["correlated_noise"][key] for key in
+                      ("steps_run", "passes", "min_separation",
+                       "inconsistent_steps")}
+  result["ledger_samples"] = len(data["samples"])
+  return result
+
+
+def run_correlated_noise():
+  """Updates' spread of a correlated-noise fit on zero data (the
+  clipped sums are the same everywhere) under the strategy and without."""
+  from tf_dp.analysis import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  n, batch = 400, 10
+  x = np.zeros((n, 6), "float32")
+  y = np.zeros((n,), "int32")
+  spreads = {}
+  kernel_deltas = lambda seen: np.array([
+      (b[0] - a[0]).ravel() for a, b in zip(seen, seen[1:])])
+  for name, scope in (("strategy", strategy),
+                      ("default", tf.distribute.get_strategy())):
+    model = correlated_model(1.5, clip=2.0, scope=scope,
+                             noise_strategy=mf.banded_strategy(40, 4),
+                             max_passes=1)
+    seen = weights_per_step(model, x, y, batch)
+    spreads[name] = float(np.std(kernel_deltas(seen)))
+    spreads[name + "_steps"] = len(seen) - 1
+  return spreads
+
+
 def run(mode):
   """One case's results (a dict) on this process's strategy."""
   out = {"replicas": strategy.num_replicas_in_sync}
@@ -118,6 +250,12 @@ def run(mode):
     except ValueError as e:
       out["refusal"] = str(e)
     out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
+  elif mode.startswith("user"):
+    out.update(run_user_level(int(mode[len("user"):])))
+  elif mode == "correlated":
+    out.update(run_correlated())
+  elif mode == "correlated_noise":
+    out.update(run_correlated_noise())
   else:
     n, batch, clip, z = 400, 10, 2.0, 1.5
     x = np.zeros((n, 6), "float32")

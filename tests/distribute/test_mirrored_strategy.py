@@ -42,7 +42,8 @@ def _worker_results(flavor, modes):
 
 # The cases on two replicas share one process per flavour (TensorFlow's
 # start-up is most of a case's time).
-TWO_REPLICA_MODES = "exact,microbatches,neighbour,noise"
+TWO_REPLICA_MODES = ("exact,microbatches,neighbour,noise,user4,user3,"
+                     "correlated,correlated_noise")
 
 
 def run_worker(flavor, mode):
@@ -121,6 +122,75 @@ def test_mirrored_noise_once_per_global_batch(flavor):
   assert result["ledger_samples"] == 40
   assert result["replica_copies"] == 2 and result["replicas_equal"]
 
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_user_lots_clip_each_user_once(flavor):
+  """privacy_unit="user" on 2 replicas: a fixed-size lot of 4 users of 3
+  rows (12 rows, the user's examples then padding of weight 0).
+
+  The strategy (``experimental_distribute_dataset``, which Keras's fit
+  uses) splits each global batch along its rows into one part per replica,
+  consecutive and in order: rows 0-5 and 6-11, users 0-1 and 2-3. Each
+  replica reads every 3 consecutive rows of its part as one user, so with
+  users a multiple of the replicas no user is split and each user's summed
+  gradient is clipped once. Against the per-user loop (noise 0, SGD(1),
+  update x 4 users = the clipped sum; clip 0.05 binds): equal to float32
+  rounding; the ledger holds one sample over the 12 users, q = 4/12.
+  """
+  result = run_worker(flavor, "user4")
+  assert result["replicas"] == 2
+  assert result["error"] is None
+  assert result["rows"] == 12 and result["replica_rows"] == [6, 6]
+  assert result["parts_in_order"]
+  assert result["max_abs_error"] < 1e-6
+  assert result["ledger"] == [["user", 12, pytest.approx(4 / 12)]]
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_user_lots_that_split_a_user_are_refused(flavor):
+  """A lot of 3 users (9 rows) on 2 replicas would be split 5 | 4 rows:
+  user 1's rows 3-5 straddle the replicas, and clipping each part's rows
+  as users would clip user 1 once per replica. Refused before any step,
+  naming the fix (a multiple of 2 users per batch)."""
+  result = run_worker(flavor, "user3")
+  assert result["rows"] == 9
+  assert result["error"].startswith("SamplingMismatchError: ")
+  assert "strategy of 2 replicas" in result["error"]
+  assert "users_per_batch" in result["error"]
+  assert "a multiple of 2 users" in result["error"]
+  assert result["moved"] == 0.0 and result["ledger"] == []
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_correlated_noise_fit_steps_are_dp_sgds(flavor):
+  """noise_strategy (banded, 6 steps, 3 bands) on 2 replicas, fit on 24
+  examples in order, batches of 8, noise 0: every step's weights equal
+  plain DP-SGD's under the same strategy, the first step equals the
+  per-example loop's, and the ledger's record holds the 3 steps of one
+  pass."""
+  result = run_worker(flavor, "correlated")
+  assert result["replicas"] == 2 and result["error"] is None
+  assert result["steps"] == 3
+  assert result["max_error_vs_dp_sgd"] < 1e-7
+  assert result["max_error_vs_loop"] < 1e-6
+  assert result["record"] == {"steps_run": 3, "passes": 1,
+                              "min_separation": None,
+                              "inconsistent_steps": 0}
+  assert result["ledger_samples"] == 3
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mirrored_correlated_noise_is_added_once_per_step(flavor):
+  """Zero data (the clipped sums are the same on every run), banded
+  strategy of 40 steps and 4 bands, sigma 1.5: the spread of 40 steps x 30
+  kernel updates on 2 replicas equals the spread without a strategy in
+  the same process. Noise (or its state) once per replica would give
+  sqrt(2) x the spread or more; tolerance 15% (steps are correlated over
+  4 bands: about 4 sd of the ratio of two spreads)."""
+  result = run_worker(flavor, "correlated_noise")
+  assert result["strategy_steps"] == result["default_steps"] == 40
+  assert result["default"] > 0
+  assert result["strategy"] == pytest.approx(result["default"], rel=0.15)
 
 # Keras 3's own fit cannot train under MultiWorkerMirroredStrategy on TF 2.21
 # (a plain, non-private model fails converting a PerReplica batch), so

@@ -32,6 +32,13 @@ def strategy_workers(model):
   return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
 
 
+def strategy_replicas(model):
+  """The replicas in sync of ``model``'s distribution strategy (1 without
+  one)."""
+  strategy = getattr(model, "distribute_strategy", None)
+  return getattr(strategy, "num_replicas_in_sync", 1) or 1
+
+
 def keras_arguments(model, method, args, kwargs):
   """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
   as Keras's own ``method`` reads them (a subclass may override it with
@@ -56,7 +63,8 @@ def checked_arguments(model, method, args, kwargs):
   engine = model.optimizer.dp_engine
   check_sampling_of_fit_input(engine.config, bound.get("x"),
                               engine.recorded_population_size(), call=method,
-                              workers=strategy_workers(model))
+                              workers=strategy_workers(model),
+                              replicas=strategy_replicas(model))
   return bound
 
 
@@ -256,8 +264,42 @@ def _check_privacy_unit_of_lots(config, declared):
         f"max_examples_per_user to the sampler and to DPOptimizer.")
 
 
+def _check_users_split_across_replicas(config, x, replicas):
+  """Refuses user lots whose batches a strategy of ``replicas`` replicas
+  would split inside a user.
+
+  The strategy splits every batch into ``replicas`` parts of consecutive
+  rows (as equal as the rows allow) and each replica clips the users of its
+  part (every k consecutive rows). The parts hold whole users exactly when
+  the batch's users are a multiple of ``replicas``; otherwise a user's rows
+  straddle two parts, and clipping each part's rows as users would clip a
+  user once per replica (a contribution of up to 2C). The replicas' steps
+  fail on such parts (their rows are not multiples of k), with an error
+  naming neither cause nor fix; this check refuses them before any step.
+  A batch of unknown size cannot be shown to split and is refused too.
+  """
+  k = config.max_examples_per_user
+  leaves = tf.nest.flatten(x.element_spec)
+  rows = leaves[0].shape[0] if leaves and leaves[0].shape.rank else None
+  if rows is not None and rows % k == 0 and (rows // k) % replicas == 0:
+    return
+  size = ("of unknown size" if rows is None else
+          f"of {rows} rows ({rows / k:g} users of max_examples_per_user={k} "
+          f"rows)")
+  raise SamplingMismatchError(
+      f"DPOptimizer(privacy_unit='user') under a tf.distribute strategy of "
+      f"{replicas} replicas: the strategy splits each batch into {replicas} "
+      f"parts of consecutive rows, and fit was given user lots with batches "
+      f"{size}, which do not split into whole users: a user split across "
+      f"replicas would be clipped once per replica, and the clip bound per "
+      f"user would not hold. Draw batches of a multiple of {replicas} users: "
+      f"users_per_batch of fixed_size_sampled_users, or max_users_per_lot "
+      f"of poisson_sampled_users a multiple of {replicas} x "
+      f"batches_per_lot.")
+
+
 def check_sampling_of_fit_input(config, x, recorded_population_size,
-                                call="fit", workers=1):
+                                call="fit", workers=1, replicas=1):
   """Refuses a ``fit`` input whose lots are not what ``config.sampling``
   declares.
 
@@ -298,6 +340,9 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
       of a sampler's dataset and Keras shards it by batches, so a global
       step joins batches of different draws: Poisson and fixed-size lots are
       refused there.
+    replicas: Replicas in sync of the model's strategy
+      (``strategy_replicas``). User lots must split into whole users
+      across them (``_check_users_split_across_replicas``).
 
   Raises:
     SamplingMismatchError: naming what the optimizer declares, what was
@@ -358,6 +403,8 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         f"size), and its epsilon would not hold. Build the DPOptimizer "
         f"with {what}, or train on lots drawn as it declares.")
   _check_privacy_unit_of_lots(config, declared)
+  if config.privacy_unit == PrivacyUnit.USER and replicas > 1:
+    _check_users_split_across_replicas(config, x, replicas)
   if sampling == Sampling.POISSON and not math.isclose(
       declared.sampling_probability, config.sampling_probability,
       rel_tol=1e-12):
