@@ -228,3 +228,43 @@ def test_a_saved_user_level_model_loads_with_its_per_user_ledger(K, tmp_path):
              verbose=0)
   samples = loaded.optimizer.ledger.to_dict()["samples"]
   assert len(samples) == 4 and {s["privacy_unit"] for s in samples} == {"user"}
+
+
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+@pytest.mark.parametrize("K", KERAS)
+def test_user_batches_a_strategy_would_split_are_refused(K):
+  """Under a strategy of R replicas each replica takes a part of
+  consecutive rows of the batch: whole users only when the batch holds a
+  multiple of R users (tests/distribute trains both cases on 2 replicas).
+  The check, for Poisson lots with accumulation and fixed-size lots."""
+  from tf_dp.keras import fit_sampling  # pylint: disable=g-import-not-at-top
+  x, y, ids = user_data()
+  poisson = user_optimizer(K, 1.0, 12, sampling="poisson",
+                           gradient_accumulation_steps=2).dp_config
+  fixed = user_optimizer(K, 1.0, 12).dp_config
+  sampled = lambda users: tf_dp.data.poisson_sampled_users(
+      x, y, ids, 0.5, 2, K_ROWS, max_users_per_lot=users, batches_per_lot=2)
+  fixed_lots = lambda users: tf_dp.data.fixed_size_sampled_users(
+      x, y, ids, users, 2, K_ROWS)
+  # Whole users per replica: 8 users in 2 batches of 4 on 2 replicas;
+  # 6 fixed-size users on 2 or 3 replicas.
+  for config, data, replicas in ((poisson, sampled(8), 2),
+                                 (fixed, fixed_lots(6), 2),
+                                 (fixed, fixed_lots(6), 3)):
+    fit_sampling.check_sampling_of_fit_input(config, data, 12,
+                                             replicas=replicas)
+  # Batches of 3 users (Poisson: ceil(6 / 2)) split a user on 2 replicas.
+  for config, data in ((poisson, sampled(6)), (fixed, fixed_lots(3))):
+    with pytest.raises(SamplingMismatchError,
+                       match=r"strategy of 2 replicas.*batches of 9 rows "
+                       r"\(3 users of max_examples_per_user=3 rows\).*a "
+                       r"multiple of 2 users"):
+      fit_sampling.check_sampling_of_fit_input(config, data, 12, replicas=2)
+  # A batch of unknown size cannot be shown to split.
+  unknown = tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(
+          2 * K_ROWS, drop_remainder=False), "fixed_size",
+      privacy_unit="user", max_examples_per_user=K_ROWS)
+  with pytest.raises(SamplingMismatchError, match="of unknown size"):
+    fit_sampling.check_sampling_of_fit_input(fixed, unknown, 12, replicas=2)
+  fit_sampling.check_sampling_of_fit_input(fixed, unknown, 12, replicas=1)
