@@ -29,8 +29,11 @@ def weights(model):
 METHODS = ["fast", "vectorized"]
 
 
+# The recurrent model is left out here: its step is checked against the
+# per-example loop below (and by test_recurrent_layers_pfor_cannot_convert_
+# equal_the_loop), and each of its cases costs 15-40 s of tracing.
 @pytest.mark.parametrize("K", KERAS)
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "rnn"])
 @pytest.mark.parametrize("method", METHODS)
 def test_no_noise_huge_clip_equals_plain_sgd(K, kind, method):
   x, y = helpers.make_data(kind, 8)

@@ -8,8 +8,8 @@ was drawn. The cases are drawn from the product of model, loss (every name
 and class of the registry, labels with and without a trailing 1), weighting,
 microbatches, accumulation, sampling and per-example path; a run takes a
 sample of it (TF_DP_PRIVACY_SEED: a number, or "random"; TF_DP_PRIVACY_CASES;
-the seed is in each case's id), plus the fixed cases that once broke the
-promise.
+the seed is in each case's id; TF_DP_PRIVACY_RECURRENT recurrent models per
+Keras flavour), plus the fixed cases that once broke the promise.
 """
 
 import dataclasses
@@ -30,6 +30,13 @@ _SEED_SETTING = os.environ.get("TF_DP_PRIVACY_SEED", "20261122")
 SEED = (random.SystemRandom().randrange(10 ** 6) if _SEED_SETTING == "random"
         else int(_SEED_SETTING))
 CASES_PER_FLAVOUR = int(os.environ.get("TF_DP_PRIVACY_CASES", "8"))
+# A recurrent case costs ten to thirty feed-forward ones (tf.vectorized_map
+# traced through the layer's while loop: 50-190 s on a loaded 2-core
+# machine), so a run samples TF_DP_PRIVACY_RECURRENT of them per flavour
+# (default 0: recurrent steps are checked against the per-example loop in
+# tests/keras/test_dp_training.py), the rest feed-forward.
+RECURRENT = ("rnn", "lstm", "gru")
+RECURRENT_PER_FLAVOUR = int(os.environ.get("TF_DP_PRIVACY_RECURRENT", "0"))
 TOLERANCE = 1e-4  # float32 rounding of sums of a few clipped gradients.
 
 # Cases that broke the promise before (string losses with labels (B,) and an
@@ -83,7 +90,11 @@ def _sample(K, flavor):
       neighbours.CLIPS)
   valid = [c for c in (Case(*v) for v in space) if _valid(c, specs)]
   rng = random.Random(f"{SEED}-{flavor}")
-  return rng.sample(valid, min(CASES_PER_FLAVOUR, len(valid)))
+  recurrent = [c for c in valid if c.model in RECURRENT]
+  others = [c for c in valid if c.model not in RECURRENT]
+  count = min(RECURRENT_PER_FLAVOUR, CASES_PER_FLAVOUR, len(recurrent))
+  return rng.sample(recurrent, count) + rng.sample(
+      others, min(CASES_PER_FLAVOUR - count, len(others)))
 
 
 def _cases():
