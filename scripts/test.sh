@@ -9,7 +9,8 @@
 # Extra arguments go to pytest (e.g. -m "not slow"). The tests run in
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
-# Set TF_DP_STACKS="tf221" to test one stack only.
+# Set TF_DP_STACKS="tf221" to test one stack only. After each stack's tests
+# it prints the files that took longest (TF_DP_TEST_TIMES, tests/conftest.py).
 # Each stack also type-checks the typed packages with mypy (mypy.ini).
 # Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
 # target and runs a fast subset under Bazel (scripts/bazel_check.sh);
@@ -31,8 +32,12 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   if [ "$stack" = tf215 ] && [ -z "${TF_DP_SLOW_ON_ALL_STACKS:-}" ]; then
     marks=(-m "not slow")
   fi
-  "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "$@" tests
+  times="$(mktemp)"
+  TF_DP_TEST_TIMES="$times" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "$@" tests
   rc=$?
+  echo "=== stack $stack: test time per file (seconds, summed over workers)"
+  "$py" scripts/test_times.py "$times" 12 | sed -n 1,13p
+  rm -f "$times"
   if [ $rc -eq 5 ]; then
     echo "=== stack $stack: pytest collected no tests (exit 5): treated as a failure"
     rc=1
