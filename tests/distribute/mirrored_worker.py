@@ -80,7 +80,7 @@ def one_step(x, y, clip, **dp_kwargs):
 def run_user_level(users_per_batch):
   """One noise-free step on a fixed-size lot of ``users_per_batch`` users
   (3 rows each) against the per-user loop, or the error fit raised."""
-  from tests.keras import test_user_level as user_tests  # pylint: disable=g-import-not-at-top
+  from tests.keras import users as user_tests  # pylint: disable=g-import-not-at-top
   k = user_tests.K_ROWS
   x, y, ids = user_tests.user_data()
   lot = next(iter(tf_dp.data.fixed_size_sampled_users(
