@@ -8,6 +8,7 @@ import sys
 
 
 def main(path, top=40):
+  top = int(top)
   per_file = collections.Counter()
   per_test = []
   with open(path, encoding="utf-8") as lines:
@@ -16,10 +17,10 @@ def main(path, top=40):
       per_file[node.split("::", 1)[0]] += float(seconds)
       per_test.append((float(seconds), node))
   print(f"total {sum(per_file.values()):.0f} s over {len(per_test)} tests")
-  for name, seconds in per_file.most_common(int(top)):
+  for name, seconds in per_file.most_common(top):
     print(f"{seconds:8.1f}  {name}")
   print("slowest tests:")
-  for seconds, node in sorted(per_test, reverse=True)[:int(top)]:
+  for seconds, node in sorted(per_test, reverse=True)[:top]:
     print(f"{seconds:8.1f}  {node}")
 
 

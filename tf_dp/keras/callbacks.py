@@ -234,7 +234,8 @@ class PrivacyBudget(_Callback):
           "pass in a fixed order, which only fit(x, y, shuffle=False) on "
           "arrays declares. Train with fit, or stop the loop yourself at "
           "correlated_noise_accounting.max_steps_within_budget.")
-    if int(record.steps_run.numpy()):
+    steps_run = int(record.steps_run.numpy())
+    if steps_run:
       multiplier = correlated_noise_accounting.check_run(
           record.to_dict())["noise_multiplier"]
     else:
@@ -243,7 +244,7 @@ class PrivacyBudget(_Callback):
     self._allowed_lots = correlated_noise_accounting.max_steps_within_budget(
         record.strategy, multiplier, self.target_epsilon, self.delta,
         steps_per_pass, record.neighbouring)
-    self.exceeded = self._allowed_lots < int(record.steps_run.numpy())
+    self.exceeded = self._allowed_lots < steps_run
 
   def _limit_lots(self):
     """Plans, then lets the DP step release only the lots that fit.
