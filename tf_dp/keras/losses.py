@@ -5,9 +5,9 @@ object, a list or dict per output, ``loss_weights``) and whatever weights
 ``fit`` passes (``sample_weight``, ``class_weight``), the per-example loss of
 example ``i`` is Keras's own compiled loss evaluated on a batch holding only
 example ``i``: ``tf.vectorized_map`` runs that one-example computation for
-every example, and its iterations are independent by definition, so example
-``i``'s loss reads example ``i``'s labels, predictions and weights and
-nothing else. Keras's rank alignment (labels ``(B,)`` against outputs
+every example (a few examples in eager mode: a Python loop over them), and
+its iterations are independent by definition, so example ``i``'s loss reads
+example ``i``'s labels, predictions and weights and nothing else. Keras's rank alignment (labels ``(B,)`` against outputs
 ``(B, 1)``), its reduction over the non-batch axes, the per-output loss
 weights and the sample weights are applied exactly as for a batch.
 
@@ -19,6 +19,7 @@ and a masked sequence loss is normalised by the example's own number of
 unmasked positions (Keras divides by the batch's, which couples examples).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.keras import backend
@@ -29,6 +30,49 @@ NO_LOSS_ERROR = ("Compile the model with a loss before training with tf_dp: "
 
 def _leading_one(t):
   return None if t is None else tf.expand_dims(t, 0)
+
+
+# Up to this many examples, an eager call runs ``one`` on each example in a
+# Python loop: ``tf.vectorized_map`` traces a new function on every eager
+# call (about 0.4 s), a few eager loss evaluations take milliseconds.
+_EAGER_LOOP_MAX_EXAMPLES = 16
+
+
+def _examples_to_loop_over(structure):
+  """``structure``'s leaves as dense tensors and their common number of
+  examples, when the batch is small, static and every leaf dense; else
+  ``(None, None)``."""
+  leaves = tf.nest.flatten(structure)
+  if any(isinstance(t, (tf.RaggedTensor, tf.SparseTensor)) or
+         not (tf.is_tensor(t) or isinstance(t, np.ndarray)) for t in leaves):
+    return None, None
+  leaves = [tf.convert_to_tensor(t) for t in leaves]
+  sizes = {t.shape[0] if t.shape.rank else None for t in leaves}
+  if len(sizes) != 1 or None in sizes:
+    return None, None
+  (size,) = sizes
+  if not 0 < size <= _EAGER_LOOP_MAX_EXAMPLES:
+    return None, None
+  return tf.nest.pack_sequence_as(structure, leaves), size
+
+
+def _map_examples(one, structure):
+  """``[one(example 0), one(example 1), ...]`` as a ``[batch]`` tensor,
+  where example ``i`` is entry ``i`` of every leaf of ``structure``.
+
+  ``one`` sees example ``i``'s slice only, whichever way it runs:
+  ``tf.vectorized_map`` (whose iterations are independent by definition),
+  or, for a few dense examples in eager mode, a Python loop over the
+  slices (the self-check's batches, with no function to trace).
+  """
+  if tf.executing_eagerly():
+    dense, size = _examples_to_loop_over(structure)
+    if dense is not None:
+      return tf.reshape(tf.stack([
+          one(tf.nest.map_structure(lambda t, i=i: t[i], dense))
+          for i in range(size)]), [-1])
+  return tf.reshape(tf.vectorized_map(one, structure,
+                                      fallback_to_while_loop=True), [-1])
 
 
 def per_example_loss_fn(model):
@@ -76,8 +120,7 @@ def per_example_loss_fn(model):
         value = tf.reduce_mean(value)
       return value
 
-    values = tf.vectorized_map(one, mapped, fallback_to_while_loop=True)
-    return tf.reshape(values, [-1])
+    return _map_examples(one, mapped)
 
   return per_example
 
@@ -105,8 +148,7 @@ def per_example_loss_from(loss, keras_backend):
                    tf.nest.map_structure(_leading_one, example[1]))
       return tf.reduce_mean(tf.cast(tf.convert_to_tensor(value), tf.float32))
 
-    values = tf.reshape(tf.vectorized_map(one, (y_true, y_pred),
-                                          fallback_to_while_loop=True), [-1])
+    values = _map_examples(one, (y_true, y_pred))
     if sample_weight is not None:
       values *= tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
     return values
