@@ -165,3 +165,24 @@ def test_the_check_leaves_the_model_as_it_found_it(K):
   assert len(before) >= 2
   for a, b in zip(before, after):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_the_fast_path_comparison_finds_norms_that_are_too_small(
+    K, monkeypatch):
+  # A fast path that halves every example's norm: at the binding clip (the
+  # median norm) the examples above it come out with norm 2C instead of C;
+  # the float64 reference from the jacobian's rows must see it.
+  model = _compiled(K, tf_dp.keras.make_private(_cnn(K, "dropout")))
+  query_class = privacy_check.GaussianSumQuery
+  true_scales = query_class.record_scales
+
+  def scales_of_half_norms(self, params, sq_norms):
+    return true_scales(self, params,
+                       tf.nest.map_structure(lambda s: s / 4.0, sq_norms))
+
+  monkeypatch.setattr(query_class, "record_scales", scales_of_half_norms)
+  x, y = _images(8)
+  with pytest.raises(privacy_check.PrivacyCheckError,
+                     match="fast clipped sum of variable .* differs"):
+    tf_dp.keras.check_privacy(model, x, y)

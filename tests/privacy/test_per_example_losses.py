@@ -81,3 +81,40 @@ def test_per_example_losses_match_keras_and_do_not_mix(K, spec, kind, units,
   np.testing.assert_array_equal(changed[keep], values[keep])
   if not ("osine" in spec and units == 1):  # Cosine of scalars is always -1.
     assert changed[2] != values[2]
+
+
+@pytest.mark.parametrize("K", [p.values[0] for p in helpers.keras_modules()],
+                         ids=[p.id for p in helpers.keras_modules()])
+def test_the_eager_loop_and_vectorized_map_give_the_same_losses(K):
+  # A few examples in eager mode run in a Python loop, more examples (or a
+  # traced call) under tf.vectorized_map: the same values, masks and sample
+  # weights included (a masked sequence output, each example normalised by
+  # its own unmasked positions).
+  rng = np.random.default_rng(0)
+  model = K.Sequential([K.Input((4,), dtype="int32"),
+                        K.layers.Embedding(5, 3, mask_zero=True),
+                        K.layers.Dense(3)])
+  model.compile(optimizer=K.optimizers.SGD(0.1),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  per_example = losses_lib.per_example_loss_fn(model)
+  n = losses_lib._EAGER_LOOP_MAX_EXAMPLES + 4  # pylint: disable=protected-access
+  x = rng.integers(0, 5, (n, 4)).astype("int32")
+  x[:, 0] = 1  # At least one unmasked position per example.
+  y = tf.constant(rng.integers(0, 3, (n, 4)).astype("int32"))
+  w = tf.constant(rng.uniform(0.5, 2.0, n).astype("float32"))
+  y_pred = model(x)
+  assert backend.for_object(model).output_mask(y_pred) is not None
+  mapped = per_example(y, y_pred, w).numpy()  # n > the loop's limit.
+  few = 6
+  looped = per_example(y[:few], model(x[:few]), w[:few]).numpy()
+  traced = tf.function(lambda: per_example(y[:few], model(x[:few]),
+                                           w[:few]))().numpy()
+  np.testing.assert_allclose(looped, mapped[:few], rtol=1e-6)
+  np.testing.assert_allclose(traced, mapped[:few], rtol=1e-6)
+  # The reference: example i's masked mean, by hand.
+  logits = model(x).numpy().astype(np.float64)
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(logp, y.numpy()[..., None], -1)[..., 0]
+  mask = x != 0
+  expected = w.numpy() * (nll * mask).sum(1) / mask.sum(1)
+  np.testing.assert_allclose(mapped, expected, rtol=1e-5)

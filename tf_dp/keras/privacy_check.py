@@ -122,9 +122,15 @@ def _per_example_grads_and_outputs(model, loss_fn, x, y, w):
     with tf.GradientTape(persistent=True) as tape:
       y_pred = model(x, training=True)
       losses = loss_fn(y, y_pred, w)
-  jac = tape.jacobian(losses, variables, experimental_use_pfor=False)
-  jac = [tf.zeros([losses.shape[0], *v.shape]) if j is None else j
-         for j, v in zip(jac, variables)]
+  # One example's gradient at a time: for a few examples, a loop of eager
+  # gradients with a one-hot output gradient (no function to trace).
+  m = int(losses.shape[0])
+  grads = [tape.gradient(losses, variables,
+                         output_gradients=tf.one_hot(i, m, dtype=losses.dtype),
+                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+           for i in range(m)]
+  jac = [tf.stack([tf.convert_to_tensor(g[k]) for g in grads])
+         for k in range(len(variables))]
   outputs = [(session.taps[k].layer, session.taps[k].output)
              for k in session.taps]
   return jac, outputs
@@ -195,22 +201,23 @@ def _check_fast_path(model, loss_fn, x, y, w, jac, repeat):
       fast_clipping.fast_path_unavailable_reason(
           model, GaussianSumQuery(1.0, 0.0)) is not None):
     return
-  norms = np.sqrt(sum(np.sum(np.square(np.reshape(g.numpy(), [len(g.numpy()),
-                                                             -1])), 1)
-                      for g in jac))
+  rows = [np.asarray(g, np.float64) for g in jac]
+  norms = np.sqrt(sum(np.sum(np.square(np.reshape(g, [len(g), -1])), 1)
+                      for g in rows))
   median = float(np.median(norms)) or 1.0
   described = _variable_descriptions(model)
   for clip in (median, 1e9):
     query = GaussianSumQuery(clip, 0.0)
-    reference = [tf.reduce_sum(t, 0) for t in tf.map_fn(
-        lambda g, q=query, c=clip: q.preprocess_record(c, g), jac)]
+    # Each example's gradient scaled to norm at most ``clip``, summed: in
+    # float64 from the jacobian's rows, independently of the query's code.
+    scales = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+    reference = [np.tensordot(scales, g, 1) for g in rows]
     try:
       fast = repeat(lambda q=query, c=clip: fast_clipping.clipped_batch_sum(
           model, loss_fn, x, y, w, q, tf.constant(c, tf.float32))[0])
     except fast_clipping.FastPathUnavailable:
       return
     rtol = _fast_path_rtol(model)
-    reference = [np.asarray(a, np.float64) for a in reference]
     # Rounding is relative to the whole clipped sum: a gradient that is 0
     # in exact arithmetic (a key bias under softmax) comes out ~1e-8.
     atol = rtol * max([np.abs(a).max(initial=0.0) for a in reference] +
