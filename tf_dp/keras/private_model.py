@@ -201,8 +201,8 @@ def make_private(model: Any, self_check: bool = True) -> Any:
 
   Args:
     model: A Keras model (built or not).
-    self_check: Run the privacy self-check on the first ``fit`` (a few
-      seconds, once; later steps are not affected).
+    self_check: Run the privacy self-check on the first ``fit`` (about a
+      second, once; later steps are not affected).
 
   Returns:
     The same model object, converted.
