@@ -4,15 +4,29 @@ container that reads a sublayer's weights itself is refused (the taps
 would miss those gradient terms), never trained on a partial gradient.
 
 Comparisons are one noiseless step against a loop over examples
-(``loop_reference``, tolerance 1e-5 stated there).
+(``loop_reference``, tolerance 1e-5 stated there), or the clipped sum of
+random models, per-layer and adaptive queries, microbatches and non-finite
+examples against tf.vectorized_map (``one_step.clipped_sums_both_ways``);
+the per-layer fallback refuses layers that break under vectorized_map.
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_dp.dp_query import GaussianSumQuery
+from tf_dp.dp_query import NestedQuery
+from tf_dp.dp_query import QuantileAdaptiveClipSumQuery
+from tf_dp.keras import backend
+from tf_dp.keras.fast import clipped_sum
+from tf_dp.keras.fast import rules
 from tests.keras import helpers
 from tests.keras.fast import loop_reference
+from tests.keras.fast.one_step import _attention_model
+from tests.keras.fast.one_step import _compile_dp
+from tests.keras.fast.one_step import _data
+from tests.keras.fast.one_step import _sequential
+from tests.keras.fast.one_step import clipped_sums_both_ways
 
 KERAS = helpers.keras_modules()
 CLIP = 0.5
@@ -222,3 +236,115 @@ def test_a_weight_read_inside_another_layers_call_is_refused(K):
                                       noise_multiplier=0.5)
   with pytest.raises(ValueError, match="read inside the call of layer 'mix'"):
     model.fit(x, x[:, :2], batch_size=4, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_vectorized_map_hazard_names_the_layer_and_the_fix(K):
+  model = _attention_model(K)
+  message = clipped_sum.vectorized_map_hazard(
+      backend.for_object(model).all_layers(model))
+  if (tuple(int(v) for v in tf.__version__.split(".")[:2]) < (2, 16)
+      or K is not backend.keras3_module()):
+    assert message is None
+  else:
+    assert "per_example_method='auto'" in message
+    assert "MultiHeadAttention" in message or "EinsumDense" in message
+  assert clipped_sum.vectorized_map_hazard(
+      helpers.build_model(K, "dense").layers) is None
+
+
+def test_unsupported_einsum_dense_is_refused_not_vectorized():
+  """LoRA on an EinsumDense whose last kernel letter is a group letter has
+  no fast rule; the per-layer fallback would run it under vectorized_map,
+  so it is refused with the fix instead."""
+  K = backend.keras3_module()
+  if K is None or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (
+      2, 16):
+    pytest.skip("Keras 3 on TF >= 2.16 only")
+  layer = K.layers.EinsumDense("abc,bc->ac", 5)
+  model = _sequential(K, (4, 5), [layer])
+  layer.enable_lora(2)
+  assert rules.rule_for(layer) is None
+  x, y = _data((4, 5))
+  model = _compile_dp(K, model, population_size=6, learning_rate=1.0,
+                             l2_norm_clip=CLIP, noise_multiplier=0.5)
+  with pytest.raises(ValueError, match="per_example_method='auto'"):
+    model.fit(x, y, batch_size=6, epochs=1, verbose=0)
+
+
+def random_model(K, rng):
+  """A random stack mixing fast-rule layers and fallback layers."""
+  seed = int(rng.integers(1 << 30))
+  init = lambda: K.initializers.GlorotUniform(seed=int(rng.integers(1 << 30)))
+  conv = rng.integers(2)
+  layers = [K.layers.Input((6, 6, 2) if conv else (6, 5))]
+  if conv:
+    layers += [K.layers.Conv2D(int(rng.integers(1, 4)), int(rng.integers(1, 4)),
+                               strides=int(rng.integers(1, 3)),
+                               padding=["same", "valid"][rng.integers(2)],
+                               activation="relu", kernel_initializer=init()),
+               K.layers.Flatten(), K.layers.Reshape((-1, 1)),
+               K.layers.Conv1D(2, 3, activation="tanh", kernel_initializer=init())]
+  layers += [K.layers.Dense(int(rng.integers(2, 6)), activation="tanh",
+                            kernel_initializer=init()),
+             K.layers.LayerNormalization(),
+             K.layers.PReLU(alpha_initializer=K.initializers.RandomUniform(
+                 0.1, 0.5, seed=seed)),  # no fast rule: per-layer fallback.
+             K.layers.Flatten(),
+             K.layers.Dense(4, kernel_initializer=init())]
+  return K.Sequential(layers)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("seed", range(4))
+def test_random_models_fast_equals_vectorized(K, seed):
+  rng = np.random.default_rng(seed)
+  model = random_model(K, rng)
+  model.compile(loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  shape = model.input_shape[1:]
+  x = tf.constant(rng.normal(size=(6,) + shape).astype("float32"))
+  y = tf.constant(rng.integers(0, 4, size=6).astype("int32"))
+  query = GaussianSumQuery(0.3, 0.0)
+  fast, slow = clipped_sums_both_ways(K, model, query, x, y)
+  for a, b in zip(tf.nest.flatten(fast), tf.nest.flatten(slow)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  plan = clipped_sum.clipping_plan(model)
+  paths = {cls: path for _, cls, path in plan}
+  assert "fast rule" in paths["Dense"]
+  assert "local vectorized_map" in paths["PReLU"]
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_per_layer_and_adaptive_queries_and_microbatches(K):
+  rng = np.random.default_rng(7)
+  model = helpers.build_model(K, "conv")
+  model.compile(loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  x, y = helpers.make_data("conv", 8)
+  per_layer = NestedQuery([GaussianSumQuery(0.1, 0.0)
+                           for _ in model.trainable_variables])
+  adaptive = QuantileAdaptiveClipSumQuery(0.2, 0.0, 0.5, 0.1, 0.0, 8)
+  for query, mb in [(per_layer, None), (adaptive, None), (per_layer, 4)]:
+    fast, slow = clipped_sums_both_ways(K, model, query, tf.constant(x),
+                                        tf.constant(y), mb)
+    for a, b in zip(tf.nest.flatten(fast), tf.nest.flatten(slow)):
+      np.testing.assert_allclose(a, b, atol=1e-5)
+  del rng
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_non_finite_example_never_reaches_the_sum(K):
+  model = helpers.build_model(K, "dense")
+  model.compile(loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  x, y = helpers.make_data("dense", 4)
+  x[1, 2] = np.nan
+  x[3, 0] = np.inf
+  query = GaussianSumQuery(0.5, 0.0)
+  fast, slow = clipped_sums_both_ways(K, model, query, tf.constant(x),
+                                      tf.constant(y))
+  clean, _ = clipped_sums_both_ways(K, model, query, tf.constant(x[[0, 2]]),
+                                    tf.constant(y[[0, 2]]))
+  for a, b, c in zip(tf.nest.flatten(fast), tf.nest.flatten(slow),
+                     tf.nest.flatten(clean)):
+    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+    np.testing.assert_allclose(a, c, atol=1e-6)
+    np.testing.assert_allclose(b, c, atol=1e-6)

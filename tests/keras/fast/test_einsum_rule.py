@@ -13,6 +13,11 @@ Dense, EinsumDense and Embedding.
 3. A layer with LoRA called twice in one forward pass (a shared layer): the
    norms are those of the sum of its calls (1. on calls that cancel each
    other), and a model sharing one equals the loop.
+
+1.-3. are Keras 3's. 4. EinsumDense (ellipsis, group letters) and
+MultiHeadAttention, in both flavours, take the same step as a per-example
+loop (``one_step``, 1e-5), and a noised fit of them under TF's defaults
+(oneDNN on) stays finite and lowers the loss.
 """
 
 import numpy as np
@@ -23,9 +28,18 @@ from tf_dp.keras import backend
 from tf_dp.keras.fast import rules as rules_lib
 from tests.keras.fast import loop_reference
 from tests.keras.fast import test_linear
+from tests.keras.fast.one_step import FALLBACK
+from tests.keras.fast.one_step import KERAS
+from tests.keras.fast.one_step import _attention_model
+from tests.keras.fast.one_step import _compile_dp
+from tests.keras.fast.one_step import _data
+from tests.keras.fast.one_step import _fast_step_matches_loop
+from tests.keras.fast.one_step import _init
+from tests.keras.fast.one_step import _sequential
+from tests.keras.fast.one_step import _tokens
 
 K3 = backend.keras3_module()
-pytestmark = pytest.mark.skipif(K3 is None, reason="LoRA is Keras 3's")
+KERAS3_ONLY = pytest.mark.skipif(K3 is None, reason="LoRA is Keras 3's")
 CLIP = 1.0
 
 
@@ -84,6 +98,7 @@ def _exact_factor_sq_norms(layer, x, g):
   return np.asarray(out)
 
 
+@KERAS3_ONLY
 @pytest.mark.parametrize(
     "name", ["dense", "einsum_output", "einsum_query", "embedding"])
 @pytest.mark.parametrize("magnitude", [1e3, 1e9])
@@ -138,6 +153,7 @@ def _lora_model(seq=6, vocab=12):
   return model
 
 
+@KERAS3_ONLY
 def test_lora_model_equals_loop():
   rng = np.random.default_rng(0)
   x = rng.integers(0, 12, size=(6, 6)).astype("int32")
@@ -149,6 +165,7 @@ def test_lora_model_equals_loop():
   assert not [n for n, p in plan.items() if "local vectorized_map" in p], plan
 
 
+@KERAS3_ONLY
 @pytest.mark.parametrize("name", ["dense", "einsum_query"])
 @pytest.mark.parametrize("magnitude", [1e3, 1e9])
 def test_shared_lora_layer_is_certified_for_the_sum_of_its_calls(
@@ -182,6 +199,7 @@ def test_shared_lora_layer_is_certified_for_the_sum_of_its_calls(
     assert moved <= CLIP * (1 + 1e-4), (r, moved)
 
 
+@KERAS3_ONLY
 def test_shared_lora_layer_model_equals_loop():
   """A Dense with LoRA applied to two inputs (a siamese tower): the step
   equals a per-example loop (``loop_reference``, 1e-5)."""
@@ -201,3 +219,55 @@ def test_shared_lora_layer_model_equals_loop():
   y = rng.integers(0, 3, size=6).astype("int32")
   plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
   assert "DenseRule" in plan["shared"], plan
+
+
+EINSUM_CASES = [
+    # (equation, output_shape, bias_axes, input shape)
+    ("ab,bc->ac", 4, "c", (5,)),
+    ("abc,cd->abd", (4, 3), "d", (4, 5)),  # positions: ghost or materialised
+    ("abc,cde->abde", (4, 2, 3), "de", (4, 5)),  # MHA query projection
+    ("abcd,cde->abe", (4, 3), "e", (4, 2, 3)),  # MHA output projection
+    ("...b,bc->...c", 3, "c", (2, 4, 5)),  # ellipsis
+    ("abc,bcd->abd", (4, 3), "bd", (4, 5)),  # a group letter (b), bias on b
+]
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("case", range(len(EINSUM_CASES)))
+def test_einsum_dense_equals_loop(K, case):
+  equation, out_shape, bias_axes, shape = EINSUM_CASES[case]
+  layer = K.layers.EinsumDense(equation, output_shape=out_shape,
+                               bias_axes=bias_axes, activation="tanh",
+                               kernel_initializer=_init(K, 1),
+                               bias_initializer=_init(K, 2))
+  model = _sequential(K, shape, [layer])
+  x, y = _data(shape)
+  plan = _fast_step_matches_loop(K, model, x, y)
+  assert "EinsumDenseRule" in plan[layer.name]
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_multi_head_attention_equals_loop(K):
+  x, y = _tokens(6)
+  plan = _fast_step_matches_loop(K, _attention_model(K), x, y)
+  assert not [n for n, p in plan.items() if FALLBACK in p], plan
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_multi_head_attention_with_microbatches(K):
+  x, y = _tokens(8, seed=1)
+  _fast_step_matches_loop(K, _attention_model(K), x, y, num_microbatches=4)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_attention_and_einsum_train_under_defaults(K):
+  """DP fit with noise: finite and decreasing loss (no oneDNN corruption)."""
+  x, y = _tokens(128, seed=2)
+  model = _compile_dp(K, _attention_model(K), population_size=128,
+                             learning_rate=0.5, noise_multiplier=0.3)
+  history = model.fit(x, y, batch_size=32, epochs=6, verbose=0).history
+  losses = history["loss"]
+  assert np.all(np.isfinite(losses)), losses
+  assert losses[-1] < losses[0], losses
+  for v in model.trainable_variables:
+    assert np.all(np.isfinite(v.numpy())), v.name

@@ -10,6 +10,9 @@
 2. Models with a tied input/output embedding (a causal LM with per-token
    labels) or an untied one, and with a KerasHub ``PositionEmbedding``,
    take the same step as a per-example loop (``loop_reference``, 1e-5).
+
+1.-2. are Keras 3's. 3. An Embedding fed repeated tokens, in both
+flavours, has the clipped sum of tf.vectorized_map (1e-6).
 """
 
 import numpy as np
@@ -21,10 +24,14 @@ from tf_dp.keras import backend
 from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
+from tf_dp.dp_query import GaussianSumQuery
+from tests.keras import helpers
 from tests.keras.fast import loop_reference
+from tests.keras.fast.one_step import KERAS
+from tests.keras.fast.one_step import clipped_sums_both_ways
 
 K3 = backend.keras3_module()
-pytestmark = pytest.mark.skipif(
+REVERSIBLE_EMBEDDING = pytest.mark.skipif(
     K3 is None or not hasattr(K3.layers, "ReversibleEmbedding"),
     reason="ReversibleEmbedding is Keras 3's")
 CLIP = 1.0
@@ -78,6 +85,7 @@ def _outputs(layer, rule, batch, drop=None):
   return sq.numpy(), rule.clipped_sums(state, [scale], keep)[0].numpy()
 
 
+@REVERSIBLE_EMBEDDING
 @pytest.mark.parametrize("magnitude", [1e3, 1e6, 1e9])
 def test_tied_norms_bound_every_record_and_one_record_moves_the_sum_by_c(
     magnitude):
@@ -113,6 +121,7 @@ def _causal_lm(tie_weights, vocab=VOCAB, seq=6):
   return K3.Model(inputs, embedding(h, reverse=True))
 
 
+@REVERSIBLE_EMBEDDING
 @pytest.mark.parametrize("tie_weights", [True, False])
 def test_reversible_embedding_lm_equals_loop(tie_weights):
   rng = np.random.default_rng(0)
@@ -125,6 +134,7 @@ def test_reversible_embedding_lm_equals_loop(tie_weights):
   assert "ReversibleEmbeddingRule" in plan["tokens"], plan
 
 
+@REVERSIBLE_EMBEDDING
 def test_position_embedding_equals_loop():
   keras_hub = pytest.importorskip("keras_hub")
   L = K3.layers
@@ -139,3 +149,15 @@ def test_position_embedding_equals_loop():
   y = rng.integers(0, 3, size=6).astype("int32")
   plan = loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5)
   assert "PositionEmbeddingRule" in plan[position.name], plan
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_embedding_with_repeated_tokens(K):
+  model = helpers.build_model(K, "embedding")
+  model.compile(loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  x = tf.constant([[1, 1, 2, 1, 3], [4, 4, 4, 4, 4], [0, 1, 2, 3, 4]])
+  y = tf.constant([0, 1, 2])
+  fast, slow = clipped_sums_both_ways(K, model, GaussianSumQuery(0.05, 0.0),
+                                      x, y)
+  for a, b in zip(tf.nest.flatten(fast), tf.nest.flatten(slow)):
+    np.testing.assert_allclose(a, b, atol=1e-6)

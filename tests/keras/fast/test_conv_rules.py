@@ -1,0 +1,136 @@
+"""Fast rules for convolutions and normalisations
+(``tf_dp/keras/fast/conv_rules.py``, ``norm_rules.py``) against a
+per-example loop, under TF's default settings (oneDNN on), and the
+convolution rules' own kernel-gradient paths against TF's.
+
+The loop comparisons are ``one_step._fast_step_matches_loop`` (tolerance
+1e-5, stated there).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.keras.fast.one_step import KERAS
+from tests.keras.fast.one_step import _data
+from tests.keras.fast.one_step import _fast_step_matches_loop
+from tests.keras.fast.one_step import _init
+from tests.keras.fast.one_step import _sequential
+
+
+CONV_CASES = {
+    "conv2d_groups": lambda K: ((6, 6, 4), [K.layers.Conv2D(
+        4, 3, groups=2, padding="same", activation="tanh",
+        kernel_initializer=_init(K))]),
+    "conv1d_dilated": lambda K: ((9, 2), [K.layers.Conv1D(
+        3, 2, dilation_rate=2, kernel_initializer=_init(K))]),
+    "conv3d": lambda K: ((4, 5, 4, 2), [K.layers.Conv3D(
+        2, (2, 3, 2), strides=(1, 2, 1), padding="same", activation="relu",
+        kernel_initializer=_init(K))]),
+    "depthwise": lambda K: ((7, 7, 3), [K.layers.DepthwiseConv2D(
+        3, strides=2, padding="same", depth_multiplier=2, activation="tanh",
+        depthwise_initializer=_init(K), bias_initializer=_init(K, 1))]),
+    "depthwise_dilated": lambda K: ((7, 7, 2), [K.layers.DepthwiseConv2D(
+        2, dilation_rate=2, depthwise_initializer=_init(K))]),
+    "separable": lambda K: ((7, 7, 3), [K.layers.SeparableConv2D(
+        4, 3, strides=2, depth_multiplier=2, activation="tanh",
+        depthwise_initializer=_init(K), pointwise_initializer=_init(K, 1),
+        bias_initializer=_init(K, 2))]),
+    "transpose_same": lambda K: ((3, 4, 2), [K.layers.Conv2DTranspose(
+        3, 3, strides=2, padding="same", activation="tanh",
+        kernel_initializer=_init(K), bias_initializer=_init(K, 1))]),
+    "transpose_valid": lambda K: ((3, 3, 2), [K.layers.Conv2DTranspose(
+        2, (3, 2), strides=(2, 1), kernel_initializer=_init(K))]),
+    # One input channel, materialised norms: per-example kernel gradients
+    # from one depthwise backprop-filter (the tutorial CNN's first layer).
+    "conv2d_one_channel": lambda K: ((12, 12, 1), [K.layers.Conv2D(
+        5, 4, strides=2, padding="same", activation="relu",
+        kernel_initializer=_init(K), bias_initializer=_init(K, 1))]),
+    "conv1d_one_channel": lambda K: ((11, 1), [K.layers.Conv1D(
+        3, 3, strides=2, kernel_initializer=_init(K))]),
+    # More than 128 patch features: patches from strided blocks (stride
+    # not dividing the kernel, valid windows that leave input unread).
+    "conv2d_blocks_same": lambda K: ((7, 7, 9), [K.layers.Conv2D(
+        3, 5, strides=2, padding="same", activation="tanh",
+        kernel_initializer=_init(K))]),
+    "conv2d_blocks_valid": lambda K: ((8, 9, 10), [K.layers.Conv2D(
+        4, (4, 5), strides=(3, 2), kernel_initializer=_init(K))]),
+    "conv2d_blocks_groups": lambda K: ((5, 5, 16), [K.layers.Conv2D(
+        4, 3, groups=2, padding="same", kernel_initializer=_init(K))]),
+    "depthwise_blocks": lambda K: ((6, 6, 16), [K.layers.DepthwiseConv2D(
+        3, padding="same", depthwise_initializer=_init(K))]),
+    "group_norm": lambda K: ((4, 4, 6), [
+        K.layers.Conv2D(6, 1, kernel_initializer=_init(K)),
+        K.layers.GroupNormalization(
+            3, gamma_initializer=K.initializers.RandomUniform(0.5, 1.5, 1),
+            beta_initializer=K.initializers.RandomUniform(-0.5, 0.5, 2))]),
+}
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_and_norm_rules_equal_loop(K, case):
+  shape, layers = CONV_CASES[case](K)
+  model = _sequential(K, shape, layers)
+  x, y = _data(shape)
+  plan = _fast_step_matches_loop(K, model, x, y)
+  for layer in layers:
+    assert "fast rule" in plan[layer.name], (layer.name, plan[layer.name])
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("case", ["conv2d_one_channel", "conv2d_blocks_same"])
+def test_conv_rules_with_microbatches(K, case):
+  shape, layers = CONV_CASES[case](K)
+  model = _sequential(K, shape, layers)
+  x, y = _data(shape)
+  _fast_step_matches_loop(K, model, x, y, num_microbatches=3)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("records", [70, 35])
+def test_one_channel_norms_in_chunks_equal_patch_norms(K, records):
+  # A static batch of 70 (two chunks of the depthwise kernel gradient),
+  # per example and in microbatches of two, against the patch path and a
+  # per-example loop.
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import linear  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  for layer, shape in [(K.layers.Conv2D(5, 4, strides=2, padding="same"),
+                        (12, 12, 1)),
+                       (K.layers.Conv1D(3, 3, strides=2), (11, 1))]:
+    x = tf.constant(rng.normal(size=(70,) + shape).astype("float32"))
+    out = layer(x)
+    g = tf.constant(rng.normal(size=out.shape).astype("float32"))
+    rule = conv_rules.ConvRule()
+    assert conv_rules._single_channel_kernel_grads(layer, x, g) is not None  # pylint: disable=protected-access
+    direct = tf.function(rule.kernel_sq_norms)(layer, x, g, records)
+    patches = linear.LinearRule.kernel_sq_norms(rule, layer, x, g, records)
+    np.testing.assert_allclose(direct, patches, rtol=1e-5)
+    kernel = layer.kernel
+    per_example = []
+    for i in range(70):
+      with tf.GradientTape() as tape:
+        z = tf.reduce_sum(layer(x[i:i + 1]) * g[i:i + 1])
+      per_example.append(tape.gradient(z, kernel).numpy())
+    per_record = np.asarray(per_example).reshape(records, -1).reshape(
+        records, 70 // records, -1).sum(1)
+    np.testing.assert_allclose(direct, np.sum(per_record ** 2, 1), rtol=1e-4)
+
+
+def test_strided_block_patches_equal_extract_patches():
+  # Each patch holds the same values as ExtractImagePatches' (the feature
+  # order within a patch may differ; norms do not depend on it).
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  for shape, ks, st, padding in [((2, 28, 28, 1), [8, 8], [2, 2], "SAME"),
+                                 ((2, 13, 13, 16), [4, 4], [2, 2], "VALID"),
+                                 ((2, 9, 8, 3), [3, 3], [1, 1], "SAME"),
+                                 ((2, 15, 14, 2), [5, 3], [3, 2], "VALID"),
+                                 ((2, 15, 14, 2), [5, 3], [2, 1], "SAME")]:
+    x = tf.constant(rng.normal(size=shape).astype("float32"))
+    got = conv_rules._strided_block_patches(x, ks, st, padding).numpy()  # pylint: disable=protected-access
+    want = tf.image.extract_patches(x, [1] + ks + [1], [1] + st + [1],
+                                    [1, 1, 1, 1], padding).numpy()
+    assert got.shape == want.shape, (shape, ks, st, padding)
+    np.testing.assert_array_equal(np.sort(got, -1), np.sort(want, -1))
