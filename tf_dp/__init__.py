@@ -15,6 +15,7 @@ Paper reproductions (DP dropout, DP-PCA, audits) are in
 """
 
 import importlib
+import sys
 
 __version__ = "0.1.0"
 
@@ -52,15 +53,23 @@ _LAZY_NAMES = {
 }
 
 
-def __getattr__(name):
-  module_name = _LAZY_NAMES.get(name)
-  if module_name is None:
-    raise AttributeError(f"module 'tf_dp' has no attribute {name!r}")
-  module = importlib.import_module(module_name)
-  value = module if module_name.endswith("." + name) else getattr(module, name)
-  globals()[name] = value
-  return value
+def _lazy_names(package, names, missing=""):
+  """``(__getattr__, __dir__)`` for ``package``: each name of ``names`` (a
+  module's own name, or a name that module defines) is imported on first
+  use; another name raises AttributeError, followed by ``missing``."""
+  namespace = vars(sys.modules[package])
+
+  def getattr_(name):
+    module_name = names.get(name)
+    if module_name is None:
+      raise AttributeError(
+          f"module {package!r} has no attribute {name!r}{missing}")
+    module = importlib.import_module(module_name)
+    value = module if module_name.endswith("." + name) else getattr(module, name)
+    namespace[name] = value
+    return value
+
+  return getattr_, lambda: sorted(list(namespace) + list(names))
 
 
-def __dir__():
-  return sorted(list(globals()) + list(_LAZY_NAMES))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY_NAMES)

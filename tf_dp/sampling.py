@@ -13,7 +13,10 @@ from typing import Any, Iterable, Optional
 
 class _Choice(str, enum.Enum):
   """A ``str`` enum whose members print, format and compare as their
-  strings, checked with ``check``."""
+  strings, checked with ``check``. The declaration order of a subclass's
+  members is the code that ledger buffers and checkpoints store
+  (``tf_dp.analysis.ledger_schema.sampling_code``): never reorder, only
+  append."""
 
   def __str__(self) -> str:
     return self.value
@@ -54,10 +57,6 @@ class Sampling(_Choice):
     data, as Keras ``fit(shuffle=True)`` draws them; accounted as
     ``FIXED_SIZE``, the conventional approximation and not a proven
     guarantee (Chua et al. 2024, "How Private are DP-SGD Implementations?").
-
-  The declaration order is the code that ledger buffers and checkpoints
-  store (``tf_dp.analysis.ledger_schema.sampling_code``): never reorder,
-  only append.
   """
   POISSON = "poisson"
   FIXED_SIZE = "fixed_size"
@@ -87,10 +86,6 @@ class PrivacyUnit(_Choice):
     the ledger's n is the number of users and q the probability that a
     user is in a lot; epsilon is per user: adding or removing (or
     replacing) one user with all their examples.
-
-  The declaration order is the code that ledger buffers store
-  (``tf_dp.analysis.ledger_schema.sampling_code``): never reorder, only
-  append.
   """
   EXAMPLE = "example"
   USER = "user"

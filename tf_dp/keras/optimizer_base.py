@@ -144,12 +144,8 @@ class DPOptimizerMixin:
     """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""
     return optimizer_state.export_state(self.dp_engine)
 
-  def load_dp_state(self, state):
-    """Restores ``dp_state()`` output now, or when the DP state is built."""
-    self._load_saved(None, state)
-
   def _load_saved(self, keras_values, state):
-    """Assigns saved values of ``_keras_variables()`` (if not None) and the
+    """Assigns saved values of ``_keras_variables()`` and the
     DP state; what cannot be assigned yet waits for ``ensure_built``."""
     self._pending_dp_state = optimizer_state.PendingState(state, keras_values)
     self._restore_pending_dp_state()

@@ -17,7 +17,7 @@ Importing this package imports nothing else: names are resolved on first
 use (``dpd_accounting`` needs no TensorFlow).
 """
 
-import importlib
+from tf_dp import _lazy_names
 
 # Public name -> module that defines it.
 _LAZY_NAMES = {
@@ -33,16 +33,4 @@ _LAZY_NAMES = {
 }
 
 
-def __getattr__(name):
-  module_name = _LAZY_NAMES.get(name)
-  if module_name is None:
-    raise AttributeError(
-        f"module 'tf_dp.reproductions' has no attribute {name!r}")
-  module = importlib.import_module(module_name)
-  value = module if module_name.endswith("." + name) else getattr(module, name)
-  globals()[name] = value
-  return value
-
-
-def __dir__():
-  return sorted(list(globals()) + list(_LAZY_NAMES))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY_NAMES)

@@ -16,7 +16,7 @@ Like ``tf_dp`` itself, this package imports nothing (TensorFlow included)
 until a name is used; the accounting names work without TensorFlow.
 """
 
-import importlib
+from tf_dp import _lazy_names
 
 _PRIVACY = "tf_dp.compat.tensorflow_privacy.privacy"
 _ANALYSIS = _PRIVACY + ".analysis.compute_dp_sgd_privacy_lib"
@@ -55,17 +55,6 @@ _LAZY_NAMES = {
 }
 
 
-def __getattr__(name):
-  module_name = _LAZY_NAMES.get(name)
-  if module_name is None:
-    raise AttributeError(
-        f"tf_dp.compat.tensorflow_privacy has no {name!r}: tf_dp has no "
-        f"equivalent of it (see README, 'Migrating from TF Privacy').")
-  module = importlib.import_module(module_name)
-  value = module if module_name.endswith("." + name) else getattr(module, name)
-  globals()[name] = value
-  return value
-
-
-def __dir__():
-  return sorted(list(globals()) + list(_LAZY_NAMES))
+__getattr__, __dir__ = _lazy_names(
+    __name__, _LAZY_NAMES, ": tf_dp has no equivalent of it (see README, "
+    "'Migrating from TF Privacy').")
