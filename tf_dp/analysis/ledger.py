@@ -18,11 +18,10 @@ format itself (versions 1 and 2, every field's check) is defined in
 ``ledger_schema``.
 """
 
-import collections
 import json
 import math
 import warnings
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 

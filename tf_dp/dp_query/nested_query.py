@@ -1,6 +1,6 @@
 """A structure of queries applied to the matching structure of a record."""
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import tensorflow as tf
 

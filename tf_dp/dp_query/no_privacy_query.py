@@ -2,7 +2,7 @@
 
 import collections
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import tensorflow as tf
 

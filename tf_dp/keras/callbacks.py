@@ -14,7 +14,6 @@ from tf_dp.analysis import correlated_noise_accounting
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
-from tf_dp.core import lot_engine
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.keras.backend import callback
