@@ -13,6 +13,7 @@ import dataclasses
 import warnings
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tf_dp
@@ -24,6 +25,7 @@ from tests.privacy import catalogue
 CLIPS = (0.01, 1.0)
 BATCH = 4
 POPULATION = 1000
+TOLERANCE = 1e-4  # float32 rounding of sums of a few clipped gradients.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,3 +214,21 @@ def check(K, flavor, case, seed):
   update_n, _ = lot_update(K, flavor, case, xn, yn, weights_n, initial)
   change = denominator(case) * float(np.linalg.norm(update - update_n))
   return change, bound, update, ledger
+
+
+def assert_bound(K, flavor, case, seed=3):
+  """Asserts DP-SGD's promise for ``case`` (neighbours from ``seed``) and
+  that the ledger recorded one sample of the lot drawn."""
+  change, bound, update, ledger = check(K, flavor, case, seed=seed)
+  assert change <= bound * (1 + TOLERANCE), (
+      f"{case}: one example moved the clipped sum by {change / bound:.3f} "
+      f"times its bound")
+  assert update.any(), "the lot was not applied"
+  data = ledger.to_dict(ledger_format="tf_dp.privacy_ledger/1")
+  assert len(data["samples"]) == 1
+  sample = data["samples"][0]
+  lot = BATCH * case.accumulation
+  assert sample["sampling"] == case.sampling
+  assert sample["sampling_probability"] == pytest.approx(lot / POPULATION)
+  if case.microbatches:
+    assert sample["examples_per_record"] == BATCH // case.microbatches
