@@ -27,6 +27,7 @@ KERAS = helpers.keras_modules()
 N, BATCH, LOTS_PER_EPOCH = 64, 16, 4
 DELTA = 1e-5
 _EXPECTED = {}
+_TRAINED = {}
 
 
 def _compiled(K, **dp_kwargs):
@@ -51,6 +52,16 @@ def _uninterrupted_epsilon(K):
     _fit(model, 4)
     _EXPECTED[K.__name__] = _epsilon(model.optimizer.ledger)
   return _EXPECTED[K.__name__]
+
+
+def _trained(K):
+  """A model after 2 epochs (8 lots), trained once per flavour: the tests
+  that save it, or read its weights and ledger, only read it."""
+  if K.__name__ not in _TRAINED:
+    model = _compiled(K)
+    _fit(model, 2)
+    _TRAINED[K.__name__] = model
+  return _TRAINED[K.__name__]
 
 
 def _assert_full_ledger(K, model):
@@ -100,8 +111,9 @@ CASES = [pytest.param(K.values[0], fmt, id=f"{K.id}-{fmt}")
 
 @pytest.mark.parametrize("K,fmt", CASES)
 def test_save_load_continue_keeps_the_ledger(K, fmt, tmp_path):
-  model = _compiled(K)
-  _fit(model, 2)
+  model = _trained(K)
+  saved_epsilon = _epsilon(model.optimizer.ledger)
+  assert saved_epsilon > 0
   # The ledger is saved; the noise key and any open lot are not.
   assert not [k for k in model.optimizer.dp_state()
               if "global" in k or "noise" in k or "seed" in k]
@@ -109,23 +121,13 @@ def test_save_load_continue_keeps_the_ledger(K, fmt, tmp_path):
   assert type(loaded.optimizer) is type(model.optimizer)
   np.testing.assert_array_equal(loaded.trainable_variables[0].numpy(),
                                 model.trainable_variables[0].numpy())
-  _fit(loaded, 2)
-  _assert_full_ledger(K, loaded)
-
-
-@pytest.mark.parametrize("K,fmt", CASES)
-def test_the_ledger_is_there_as_soon_as_the_model_is_loaded(K, fmt,
-                                                            tmp_path):
   # Reading epsilon of a saved model before training it again: the loaded
   # ledger holds the 8 lots, and gives the saved model's epsilon.
-  model = _compiled(K)
-  _fit(model, 2)
-  saved_epsilon = _epsilon(model.optimizer.ledger)
-  assert saved_epsilon > 0
-  loaded = _save_and_load(K, fmt, model, tmp_path)
   assert int(loaded.optimizer.ledger.sample_count) == 2 * LOTS_PER_EPOCH
   assert _epsilon(loaded.optimizer.ledger) == pytest.approx(saved_epsilon,
                                                             rel=1e-12)
+  _fit(loaded, 2)
+  _assert_full_ledger(K, loaded)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -201,8 +203,7 @@ def test_keras2_saved_model_refuses_then_continues_from_its_ledger(K,
                                                                    tmp_path):
   """Keras 2's SavedModel loader drops optimizer state (and so the ledger):
   continuing is refused; the ledger is read from the SavedModel instead."""
-  model = _compiled(K)
-  _fit(model, 2)
+  model = _trained(K)
   path = str(tmp_path / "saved_model")
   model.save(path, save_format="tf")
   loaded = tf_dp.keras.make_private(K.models.load_model(path))
@@ -272,8 +273,7 @@ LOSSES = {"checkpoint": _without_ledger,
 def test_lost_ledger_refuses_to_continue(K, loss, tmp_path):
   if loss.startswith("keras3") and not _is_keras3(K):
     pytest.skip("Keras 3 only")
-  model = _compiled(K)
-  _fit(model, 2)
+  model = _trained(K)
   loaded = LOSSES[loss](K, model, tmp_path)
   before = [v.numpy() for v in loaded.trainable_variables]
   iterations = int(loaded.optimizer.iterations.numpy())
@@ -288,8 +288,7 @@ def test_lost_ledger_refuses_to_continue(K, loss, tmp_path):
 @pytest.mark.parametrize("K", KERAS)
 def test_fresh_optimizer_with_the_earlier_ledger_continues(K, tmp_path):
   """The fix the refusal suggests: continue the earlier ledger explicitly."""
-  model = _compiled(K)
-  _fit(model, 2)
+  model = _trained(K)
   earlier = model.optimizer.ledger.to_dict()
   loaded = _compiled(K, ledger=tf_dp.PrivacyLedger.from_dict(
       earlier, max_samples=100))
