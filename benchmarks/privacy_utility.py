@@ -8,8 +8,17 @@ Prints the test accuracy beside the published numbers of TF Privacy
 (95.0 / 96.6 / 97.0 %) and Opacus (94.6 / 96.8 / 97.1 %), the epsilon of each
 run's ledger, and writes a plot of accuracy against epsilon.
 
+With --published_noise it runs TF Privacy's published runs as they are
+(noise multiplier 1.3 for 15 epochs, 1.1 for 60, 0.7 for 45; batch 250 of
+60000, the same clips and learning rates, Poisson lots) and reports, for each,
+tf_dp's test accuracy and the epsilon of its ledger under tf_dp's PLD and RDP
+accountants, beside TF Privacy's published epsilon (1.19 / 3.01 / 7.10, from
+its old accountant), the epsilon its current library gives for the same run
+(0.955 / 2.597 / 6.373) and its published accuracy: a comparison at equal
+noise, so at equal epsilon under one accountant.
+
   python benchmarks/privacy_utility.py [--epoch_scale=0.1] [--out=out]
-      [--targets=1.2,3,7]
+      [--targets=1.2,3,7] [--published_noise]
 """
 
 import argparse
@@ -26,6 +35,49 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = [(1.2, 1.5, 0.25, 15, 0.950, 0.946),
            (3.0, 1.0, 0.15, 60, 0.966, 0.968),
            (7.0, 1.5, 0.25, 45, 0.970, 0.971)]
+# TF Privacy's published runs, keyed by the target eps of the row above:
+# (noise multiplier, batch size, published eps (old accountant), eps of its
+# current library for the same run (Poisson, RDP, delta 1e-5)).
+PUBLISHED = {1.2: (1.3, 250, 1.19, 0.955),
+             3.0: (1.1, 250, 3.01, 2.597),
+             7.0: (0.7, 250, 7.10, 6.373)}
+
+
+def run_tutorial(run_dir, epochs, clip, lr, batch_size, noise_flag):
+  """Runs the MNIST tutorial once; returns its summary.json as a dict."""
+  subprocess.run(
+      [sys.executable, os.path.join(ROOT, "tutorials", "mnist_dpsgd_keras.py"),
+       f"--epochs={epochs:g}", noise_flag,
+       f"--l2_norm_clip={clip}", f"--learning_rate={lr}",
+       f"--batch_size={batch_size}", "--sampling=poisson",
+       f"--out_dir={run_dir}", "--verbose=0"],
+      check=True, capture_output=True, text=True)
+  with open(os.path.join(run_dir, "summary.json")) as f:
+    return json.load(f)
+
+
+def published_noise(args, targets):
+  """TF Privacy's published hyper-parameters as they are, at equal noise."""
+  print(f"{'noise':>5s} {'epochs':>6s} {'batch':>5s} {'tf_dp acc':>9s} "
+        f"{'eps PLD':>7s} {'eps RDP':>7s} {'TFP eps (pub.)':>14s} "
+        f"{'TFP eps (lib.)':>14s} {'TFP acc':>7s}", flush=True)
+  for eps, clip, lr, epochs, tfp, _ in CONFIGS:
+    if eps not in targets:
+      continue
+    noise, batch, tfp_eps_old, tfp_eps_lib = PUBLISHED[eps]
+    epochs = epochs * args.epoch_scale
+    summary = run_tutorial(
+        os.path.join(args.out, f"published_noise_{noise:g}"), epochs, clip, lr,
+        batch, f"--noise_multiplier={noise}")
+    print(f"{noise:5.2f} {epochs:6g} {batch:5d} "
+          f"{summary['test_accuracy']:9.4f} {summary['epsilon']:7.3f} "
+          f"{summary['epsilon_rdp']:7.3f} {tfp_eps_old:14.2f} "
+          f"{tfp_eps_lib:14.3f} {tfp:7.3f}", flush=True)
+    print(f"privacy_utility_published noise={noise:g} "
+          f"accuracy={summary['test_accuracy']:.4f} "
+          f"eps_pld={summary['epsilon']:.3f} "
+          f"eps_rdp={summary['epsilon_rdp']:.3f} "
+          f"seconds={summary['train_seconds']:.0f}", flush=True)
 
 
 def main():
@@ -35,10 +87,23 @@ def main():
   parser.add_argument("--out", default=os.path.join(ROOT, "out",
                                                     "privacy_utility"))
   parser.add_argument("--targets", default="1.2,3,7",
-                      help="Comma-separated target epsilons to run.")
+                      help="Comma-separated target epsilons to run (with "
+                      "--published_noise: the published runs of those rows).")
+  parser.add_argument("--published_noise", action="store_true",
+                      help="Run TF Privacy's published noise multipliers and "
+                      "batch 250 as they are, and report the epsilon of each "
+                      "run under tf_dp's PLD and RDP accountants beside TF "
+                      "Privacy's published and current-library epsilons.")
   args = parser.parse_args()
   targets = {float(t) for t in args.targets.split(",")}
+  unknown = targets - {c[0] for c in CONFIGS}
+  if unknown:
+    parser.error(f"--targets: {sorted(unknown)} not among "
+                 f"{[c[0] for c in CONFIGS]}; pass a subset of 1.2,3,7.")
   os.makedirs(args.out, exist_ok=True)
+  if args.published_noise:
+    published_noise(args, targets)
+    return
   rows = []
   print(f"{'target eps':>10s} {'epochs':>6s} {'noise':>6s} {'tf_dp acc':>9s} "
         f"{'ledger eps':>10s} {'TF Privacy':>10s} {'Opacus':>7s}")
@@ -47,13 +112,8 @@ def main():
       continue
     epochs = max(1, round(epochs * args.epoch_scale))
     run_dir = os.path.join(args.out, f"eps_{eps:g}")
-    subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tutorials", "mnist_dpsgd_keras.py"),
-         f"--epochs={epochs}", f"--target_epsilon={eps}",
-         f"--l2_norm_clip={clip}", f"--learning_rate={lr}",
-         "--batch_size=256", "--sampling=poisson", f"--out_dir={run_dir}",
-         "--verbose=0"], check=True, capture_output=True, text=True)
-    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    summary = run_tutorial(run_dir, epochs, clip, lr, 256,
+                           f"--target_epsilon={eps}")
     rows.append((eps, summary["test_accuracy"], summary["epsilon"], tfp,
                  opacus))
     print(f"{eps:10.1f} {epochs:6d} {summary['noise_multiplier']:6.3f} "
