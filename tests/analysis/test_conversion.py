@@ -37,6 +37,25 @@ def test_tf_privacy_readme_mnist_classic():
       2.92, abs=0.005)
 
 
+# TF Privacy's tutorials/README MNIST table (batch 256 of 60000, delta 1e-5):
+# (noise, epochs, published eps, the eps its current library gives).
+TF_PRIVACY_TABLE = [(1.3, 15, 1.19, 0.955), (1.1, 60, 3.01, 2.597),
+                    (0.7, 45, 7.10, 6.373)]
+
+
+@pytest.mark.parametrize("sigma,epochs,published,library", TF_PRIVACY_TABLE)
+def test_tf_privacy_table_labels_are_the_classic_conversion(
+    sigma, epochs, published, library):
+  """README, Benchmarks: the published labels are the classic conversion (at
+  TF Privacy's coarser orders then, hence 0.03), today's are the tight one."""
+  steps = math.ceil(epochs * 60000 / 256)
+  q = 256 / 60000
+  assert _eps(q, sigma, steps, 1e-5, "classic") == pytest.approx(published,
+                                                                 abs=0.03)
+  assert _eps(q, sigma, steps, 1e-5, "tight") == pytest.approx(library,
+                                                               abs=5e-4)
+
+
 @pytest.mark.parametrize("q,sigma,steps", [(0.01, 1.1, 1000), (0.1, 0.8, 50),
                                            (0.004, 2.0, 20000)])
 def test_matches_dp_accounting_on_integer_orders(q, sigma, steps):
