@@ -26,6 +26,7 @@ TF's allocator statistics (``get_memory_info``) are for GPUs only.
 
   python benchmarks/lora_step.py            # table at T=128 + T scaling
   python benchmarks/lora_step.py --quick
+  python benchmarks/lora_step.py --size=medium --memory_only  # 28.6M weights
 The last line is ``lora_ratio lora_time=.. lora_memory=.. full_time=..
 full_memory=..``.
 """
@@ -47,14 +48,17 @@ TARGETS = {"lora_time": 1.3, "lora_memory": 1.1, "full_time": 1.5,
 VOCAB = 1000
 # (layers, hidden, heads, intermediate): a small BERT ("BERT-mini"-like).
 CONFIG = (2, 128, 4, 512)
+# --size: (config, vocabulary). "medium" is a BERT of 28.6M weights, where
+# per-example memory shows beside the fixed cost of the DP step's graph.
+SIZES = {"small": (CONFIG, VOCAB), "medium": ((4, 512, 8, 2048), 30522)}
 
 
-def build(mode, tune, seq_len, config=CONFIG):
+def build(mode, tune, seq_len, config=None):
   """A compiled BERT classifier: mode "plain" or "dp", tune "lora"/"full"."""
   import keras  # pylint: disable=g-import-not-at-top
   import keras_hub  # pylint: disable=g-import-not-at-top
   import tf_dp  # pylint: disable=g-import-not-at-top
-  layers, hidden, heads, intermediate = config
+  layers, hidden, heads, intermediate = config or CONFIG
   keras.utils.set_random_seed(0)
   backbone = keras_hub.models.BertBackbone(
       vocabulary_size=VOCAB, num_layers=layers, num_heads=heads,
@@ -95,7 +99,7 @@ def fit_step_time(model, data, steps):
   return min(timer.times[1:]) / steps
 
 
-def compare(tune, batch, seq_len, rounds, steps, config=CONFIG):
+def compare(tune, batch, seq_len, rounds, steps, config=None):
   """Median per-step times (plain, dp) over alternating rounds."""
   data = dataset(batch, seq_len)
   plain = build("plain", tune, seq_len, config)
@@ -131,9 +135,11 @@ def memory_child(mode, tune, batch, seq_len):
 
 
 def memory(mode, tune, batch, seq_len):
+  size = next(k for k, v in SIZES.items() if v == (CONFIG, VOCAB))
   out = subprocess.run(
       [sys.executable, __file__, "--memory_child", mode, tune, str(batch),
-       str(seq_len)], capture_output=True, text=True, check=True)
+       str(seq_len), "--size", size], capture_output=True, text=True,
+      check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -144,7 +150,12 @@ def main():
   parser.add_argument("--seq_len", type=int, default=128)
   parser.add_argument("--scaling", default="64,256,1024")
   parser.add_argument("--memory_child", nargs=4)
+  parser.add_argument("--size", choices=sorted(SIZES), default="small")
+  parser.add_argument("--memory_only", action="store_true",
+                      help="Only the memory rows (no timing, no scaling).")
   args = parser.parse_args()
+  global CONFIG, VOCAB  # pylint: disable=global-statement
+  CONFIG, VOCAB = SIZES[args.size]
   if args.memory_child:
     mode, tune, batch, seq_len = args.memory_child
     memory_child(mode, tune, int(batch), int(seq_len))
@@ -160,6 +171,14 @@ def main():
         f"defaults, {cpu_description()}")
   ratios = {}
   for tune in ("lora", "full"):
+    if args.memory_only:
+      m_plain = memory("plain", tune, args.batch, args.seq_len)
+      m_dp = memory("dp", tune, args.batch, args.seq_len)
+      ratios[f"{tune}_memory"] = m_dp["train_mib"] / m_plain["train_mib"]
+      print(f"{tune:4s} memory above the imported runtime: plain "
+            f"{m_plain['train_mib']:.0f} MiB, dp {m_dp['train_mib']:.0f} MiB "
+            f"({ratios[f'{tune}_memory']:.2f}x)", flush=True)
+      continue
     t_plain, t_dp = compare(tune, args.batch, args.seq_len, rounds, 5)
     m_plain = memory("plain", tune, args.batch, args.seq_len)
     m_dp = memory("dp", tune, args.batch, args.seq_len)
@@ -173,7 +192,7 @@ def main():
           f"{ratios[f'{tune}_memory']:.2f}x; process peak plain "
           f"{m_plain['peak_mib']:.0f} MiB, dp {m_dp['peak_mib']:.0f} MiB "
           f"({m_dp['peak_mib']/m_plain['peak_mib']:.2f}x)", flush=True)
-  if args.scaling:
+  if args.scaling and not args.memory_only:
     print("\nSequence-length scaling (same model, batch x T = "
           f"{args.batch * args.seq_len} tokens per step): DP / plain time")
     for seq_len in [int(t) for t in args.scaling.split(",")]:
