@@ -413,36 +413,23 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   index = {id(v): i for i, v in enumerate(variables)}
   sq_norms = [None] * len(variables)
   states = []
-  # Units run one after another, last unit first (the order of backprop):
-  # each unit's rule forms batch-sized temporaries (float64 rows, Gram
-  # matrices, materialised per-record gradients); run side by side, as the
-  # executor would run independent ops, every unit's would be alive at
-  # once, about the size of the per-example gradients.
-  previous = []
-  for unit, taps, outs, grads in reversed(list(
-      zip(units, unit_taps, outputs, out_grads))):
+  for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
     rule = rules[id(unit)]
-    with tf.control_dependencies(previous):
-      state = _prepare(rule, unit, taps, outs, grads, records)
-      unit_vars = rule.variables(unit)
-      unit_sq = rule.sq_norms(state)
-    for v, sq in zip(unit_vars, unit_sq):
+    state = _prepare(rule, unit, taps, outs, grads, records)
+    unit_vars = rule.variables(unit)
+    for v, sq in zip(unit_vars, rule.sq_norms(state)):
       sq_norms[index[id(v)]] = sq
-    previous = list(unit_sq)
     states.append((rule, state, unit_vars))
   keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
   safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
   scales, extra = query.record_scales(params, safe_sq)
   scales = [tf.where(keep, s, tf.zeros_like(s)) for s in scales]
   scaled_sum = [None] * len(variables)
-  previous = []
   for rule, state, unit_vars in states:
     unit_scales = [scales[index[id(v)]] for v in unit_vars]
-    with tf.control_dependencies(previous):
-      unit_sums = rule.clipped_sums(state, unit_scales, keep)
-    for v, total_v in zip(unit_vars, unit_sums):
+    for v, total_v in zip(unit_vars,
+                          rule.clipped_sums(state, unit_scales, keep)):
       scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
-    previous = list(unit_sums)
   extra_sum = tf.nest.map_structure(
       lambda e: tf.reduce_sum(tf.where(keep, e, tf.zeros_like(e)), 0), extra)
   out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
