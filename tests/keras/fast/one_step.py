@@ -24,35 +24,17 @@ CLIP = 0.5
 FALLBACK = "local vectorized_map"
 
 
-def _compile_dp(K, model, population_size, learning_rate=0.1,
-                l2_norm_clip=1.0, noise_multiplier=1.0, **dp_kwargs):
-  """``helpers.compile_dp`` without make_private's first-fit self-check.
-
-  The self-check's reference runs the whole model under tf.vectorized_map,
-  which crashes the process for Keras 3 MultiHeadAttention under TF 2.21's
-  oneDNN (the bug these rules avoid); the comparisons here use a loop.
-  """
-  import tf_dp  # pylint: disable=g-import-not-at-top
-  model = tf_dp.keras.make_private(model, self_check=False)
-  model.compile(
-      optimizer=tf_dp.DPOptimizer(
-          K.optimizers.SGD(learning_rate), l2_norm_clip=l2_norm_clip,
-          noise_multiplier=noise_multiplier, population_size=population_size,
-          **dp_kwargs),
-      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
-
-
 def _fast_step_matches_loop(K, model, x, y, num_microbatches=None):
   microbatch = 1 if num_microbatches is None else len(x) // num_microbatches
   expected = helpers.reference_update(model, x, y, CLIP, 1.0, microbatch)
   kwargs = {} if num_microbatches is None else {
       "num_microbatches": num_microbatches}
   with pytest.warns(UserWarning, match="noise_multiplier=0"):
-    model = _compile_dp(K, model, population_size=len(x),
+    model = helpers.compile_dp(K, model, population_size=len(x),
                                learning_rate=1.0, l2_norm_clip=CLIP,
                                noise_multiplier=0.0,
-                               per_example_method="fast", **kwargs)
+                               per_example_method="fast", self_check=False,
+                               **kwargs)
   model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
   for v, e in zip(model.trainable_variables, expected):
     np.testing.assert_allclose(np.asarray(v.numpy(), np.float64), e,

@@ -23,7 +23,6 @@ from tf_dp.keras.fast import rules
 from tests.keras import helpers
 from tests.keras.fast import loop_reference
 from tests.keras.fast.one_step import _attention_model
-from tests.keras.fast.one_step import _compile_dp
 from tests.keras.fast.one_step import _data
 from tests.keras.fast.one_step import _sequential
 from tests.keras.fast.one_step import clipped_sums_both_ways
@@ -266,8 +265,9 @@ def test_unsupported_einsum_dense_is_refused_not_vectorized():
   layer.enable_lora(2)
   assert rules.rule_for(layer) is None
   x, y = _data((4, 5))
-  model = _compile_dp(K, model, population_size=6, learning_rate=1.0,
-                             l2_norm_clip=CLIP, noise_multiplier=0.5)
+  model = helpers.compile_dp(K, model, population_size=6, learning_rate=1.0,
+                             l2_norm_clip=CLIP, noise_multiplier=0.5,
+                             self_check=False)
   with pytest.raises(ValueError, match="per_example_method='auto'"):
     model.fit(x, y, batch_size=6, epochs=1, verbose=0)
 
