@@ -134,8 +134,7 @@ def memory_child(mode, tune, batch, seq_len):
                     "peak_mib": peak / 1024.0}))
 
 
-def memory(mode, tune, batch, seq_len):
-  size = next(k for k, v in SIZES.items() if v == (CONFIG, VOCAB))
+def memory(mode, tune, batch, seq_len, size):
   out = subprocess.run(
       [sys.executable, __file__, "--memory_child", mode, tune, str(batch),
        str(seq_len), "--size", size], capture_output=True, text=True,
@@ -171,19 +170,17 @@ def main():
         f"defaults, {cpu_description()}")
   ratios = {}
   for tune in ("lora", "full"):
+    m_plain = memory("plain", tune, args.batch, args.seq_len, args.size)
+    m_dp = memory("dp", tune, args.batch, args.seq_len, args.size)
+    if not args.memory_only:
+      t_plain, t_dp = compare(tune, args.batch, args.seq_len, rounds, 5)
+      ratios[f"{tune}_time"] = t_dp / t_plain
+    ratios[f"{tune}_memory"] = m_dp["train_mib"] / m_plain["train_mib"]
     if args.memory_only:
-      m_plain = memory("plain", tune, args.batch, args.seq_len)
-      m_dp = memory("dp", tune, args.batch, args.seq_len)
-      ratios[f"{tune}_memory"] = m_dp["train_mib"] / m_plain["train_mib"]
       print(f"{tune:4s} memory above the imported runtime: plain "
             f"{m_plain['train_mib']:.0f} MiB, dp {m_dp['train_mib']:.0f} MiB "
             f"({ratios[f'{tune}_memory']:.2f}x)", flush=True)
       continue
-    t_plain, t_dp = compare(tune, args.batch, args.seq_len, rounds, 5)
-    m_plain = memory("plain", tune, args.batch, args.seq_len)
-    m_dp = memory("dp", tune, args.batch, args.seq_len)
-    ratios[f"{tune}_time"] = t_dp / t_plain
-    ratios[f"{tune}_memory"] = m_dp["train_mib"] / m_plain["train_mib"]
     print(f"{tune:4s} time: plain {t_plain*1e3:.1f} ms, dp {t_dp*1e3:.1f} ms "
           f"({t_dp/t_plain:.2f}x); memory above the imported runtime: plain "
           f"{m_plain['train_mib']:.0f} MiB (held {m_plain['held_mib']:.0f} + "
