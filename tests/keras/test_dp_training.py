@@ -51,14 +51,12 @@ def test_no_noise_huge_clip_equals_plain_sgd(K, method):
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-# The recurrent cases cost 15-40 s of tracing each: marked slow (TF 2.21
-# only in CI), as TF 2.15's Keras 2 runs the same tf_dp code as TF 2.21's
-# tf-keras; TF 2.15 runs test_recurrent_layers_pfor_cannot_convert_equal_
-# the_loop's masked SimpleRNN case.
+# Recurrent models against the same loop: SimpleRNN on every (flavour, path)
+# pair in tests/keras/test_dtype_policies.py (mixed_bfloat16 and float64),
+# LSTM, GRU and masked RNNs in float32 below
+# (test_recurrent_layers_pfor_cannot_convert_equal_the_loop).
 @pytest.mark.parametrize("K", KERAS)
-@pytest.mark.parametrize("kind", [
-    pytest.param(k, marks=pytest.mark.slow) if k == "rnn" else k
-    for k in KINDS])
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "rnn"])
 @pytest.mark.parametrize("method", METHODS)
 def test_small_clip_equals_per_example_loop(K, kind, method):
   x, y = helpers.make_data(kind, 8, seed=1)
