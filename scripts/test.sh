@@ -9,7 +9,11 @@
 # Extra arguments go to pytest (e.g. -m "not slow"). The tests run in
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
-# Set TF_DP_STACKS="tf221" to test one stack only. After each stack's tests
+# Each stack runs its share of the Keras 2 cases, which both stacks run
+# through the same adapter (--stack-share, tests/conftest.py): each such
+# case runs once, on one of them; TF_DP_FULL_MATRIX=1 runs every case on
+# every stack. Set TF_DP_STACKS="tf221" to test one stack only (it then
+# runs its share only, unless TF_DP_FULL_MATRIX=1). After each stack's tests
 # it prints the files that took longest (TF_DP_TEST_TIMES, tests/conftest.py).
 # Each stack also type-checks the typed packages with mypy (mypy.ini).
 # Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
@@ -32,8 +36,10 @@ for stack in ${TF_DP_STACKS:-tf221 tf215}; do
   if [ "$stack" = tf215 ] && [ -z "${TF_DP_SLOW_ON_ALL_STACKS:-}" ]; then
     marks=(-m "not slow")
   fi
+  share=(--stack-share="$stack")
+  [ -n "${TF_DP_FULL_MATRIX:-}" ] && share=()
   times="$(mktemp)"
-  TF_DP_TEST_TIMES="$times" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "$@" tests
+  TF_DP_TEST_TIMES="$times" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "${share[@]}" "$@" tests
   rc=$?
   echo "=== stack $stack: test time per file (seconds, summed over workers)"
   "$py" scripts/test_times.py "$times" 12 | sed -n 1,13p
