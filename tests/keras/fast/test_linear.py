@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tf_dp.dp_query import clipping
 from tf_dp.keras.fast import embedding_rules
+from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
 from tests.keras import helpers
@@ -320,3 +321,11 @@ def test_long_sequence_embedding_step_equals_loop(K):
   y = rng.integers(0, 3, size=6).astype("int32")
   plan = loop_reference.fast_step_matches_loop(K, model, x, y, 0.05)
   assert any("EmbeddingRule" in path for path in plan.values()), plan
+
+
+def test_ghost_norm_is_chosen_up_to_the_cost_tie():
+  # 2 t^2 (k + c) against t k c: equal at t = 128 for k = c = 512.
+  assert linear.use_ghost_sizes(128, 512, 512)
+  assert not linear.use_ghost_sizes(129, 512, 512)
+  assert linear.use_ghost_sizes(32, 128, 128)
+  assert not linear.use_ghost_sizes(33, 128, 128)

@@ -102,10 +102,12 @@ def grouped_rows(t, records):
 
 
 def use_ghost_sizes(t, k, c):
-  """True if the ghost norm is cheaper than the materialised gradient for t
-  positions, k inputs and c outputs: ~ 2 t^2 (k + c) (its Gram matrices
-  are float64, about twice the cost of float32) against ~ t k c."""
-  return 2 * t * t * (k + c) < t * k * c
+  """True if the ghost norm costs no more than the materialised gradient for
+  t positions, k inputs and c outputs: ~ 2 t^2 (k + c) (its Gram matrices
+  are float64, about twice the cost of float32) against ~ t k c. A tie
+  (e.g. t = 128, k = c = 512) goes to the ghost norm, whose temporaries
+  (t^2 per record) are smaller than a record's k c gradient there."""
+  return 2 * t * t * (k + c) <= t * k * c
 
 
 def use_ghost(a, g):
