@@ -1,5 +1,6 @@
-"""How a dataset says its lots were drawn: the samplers' marks and
-``tf_dp.data.declare_sampling``."""
+"""Tests of tf_dp.data.lots: how a dataset says its lots were drawn (the
+samplers' marks and ``tf_dp.data.declare_sampling``), the padding rows of
+drawn lots, and class weights folded into a marked dataset's weights."""
 
 import numpy as np
 import pytest
@@ -99,3 +100,38 @@ def test_bad_declarations_name_the_argument(kwargs, error, names):
   with pytest.raises(error, match=names):
     declare_sampling(**kwargs)
   assert lots.declared_sampling(kwargs["dataset"]) is None
+
+
+def _weighted_lots(y, weight):
+  x = np.arange(len(y), dtype=np.float32)[:, None]
+  data = tf.data.Dataset.from_tensor_slices(
+      (x, y, np.asarray(weight, np.float32))).batch(4)
+  return declare_sampling(data, "poisson", 0.5, population_size=len(y))
+
+
+@pytest.mark.parametrize("shape", ["sparse", "column", "one_hot"])
+def test_with_class_weights_multiplies_each_row_by_its_labels_weight(shape):
+  """Keras semantics: a class without a weight counts 1, padding (weight 0)
+  stays 0, and the mark of the lots is kept."""
+  labels = np.array([0, 1, 2, 1, 0, 2, 2, 0])
+  weight = np.array([1.0, 1.0, 0.0, 0.5, 1.0, 1.0, 1.0, 0.0])
+  y = {"sparse": labels, "column": labels[:, None],
+       "one_hot": np.eye(3, dtype=np.float32)[labels]}[shape]
+  data = _weighted_lots(y, weight)
+  out = lots.with_class_weights(data, {0: 3.0, 1: 0.25})
+  got = np.concatenate([w.numpy() for _, _, w in out])
+  want = [w * {0: 3.0, 1: 0.25}.get(c, 1.0) for c, w in zip(labels, weight)]
+  np.testing.assert_allclose(got, want, rtol=1e-7)
+  assert lots.declared_sampling(out) == lots.declared_sampling(data)
+
+
+def test_with_class_weights_refuses_what_it_cannot_weight():
+  unmarked = tf.data.Dataset.from_tensor_slices((X, Y, Y * 0.0)).batch(4)
+  with pytest.raises(ValueError, match="needs a marked dataset"):
+    lots.with_class_weights(unmarked, {0: 2.0})
+  two_outputs = declare_sampling(tf.data.Dataset.from_tensor_slices(
+      (X, (Y, Y), Y * 0.0)).batch(4), "fixed_size")
+  with pytest.raises(ValueError, match="one label tensor"):
+    lots.with_class_weights(two_outputs, {0: 2.0})
+  with pytest.raises(ValueError, match="class_weight must hold weights >= 0"):
+    lots.with_class_weights(_weighted_lots(Y, Y * 0.0), {0: -1.0})
