@@ -127,13 +127,3 @@ def test_unbuilt_sequential_trains_without_the_self_check(K):
   model.compile(tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0), _loss(K))
   model.fit(x, y, batch_size=8, verbose=0)
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 2
-
-
-@pytest.mark.parametrize("K", KERAS)
-def test_custom_loop_with_an_unbuilt_model_names_the_fix(K):
-  x, y = helpers.make_data("dense", 8)
-  model = tf_dp.keras.make_private(K.Sequential([K.layers.Dense(3)]))
-  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
-                                population_size=8)
-  with pytest.raises(ValueError, match=r"not built.*model\(x\)"):
-    optimizer.private_step(model, _loss(K), x, y)

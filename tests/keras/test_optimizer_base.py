@@ -1,4 +1,5 @@
-"""DPOptimizer.private_step: the DP step of fit, for custom training loops."""
+"""Tests of tf_dp.keras.optimizer_base: DPOptimizer.private_step, the DP
+step of fit for custom training loops (against a per-example loop)."""
 
 import numpy as np
 import pytest
