@@ -7,6 +7,8 @@ Thm. 8) at 60 digits (mpmath); the amplification identity of Balle, Barthe &
 Gaboardi (2018) for the symmetric pair.
 """
 
+import collections
+import itertools
 import math
 
 import mpmath
@@ -149,3 +151,46 @@ def test_gaussian_dp_epsilon_is_zero_when_delta_covers_everything():
 def test_unknown_direction_is_refused_by_name():
   with pytest.raises(ValueError, match="direction must be one of"):
     pld_gaussian.privacy_profile("replace", 0.1, 1.0, 1.0)
+
+
+def _batch_sums(records, size):
+  """Counts of the sums of every batch of ``size`` of ``records``."""
+  return collections.Counter(
+      sum(batch) for batch in itertools.combinations(records, size))
+
+
+def _hockey_stick(p, q, eps, lo, hi, points):
+  """H_{e^eps}(P || Q) of two densities on the line, by quadrature."""
+  value, _ = integrate.quad(lambda o: max(0.0, p(o) - math.exp(eps) * q(o)),
+                            lo, hi, points=points, limit=200, epsabs=1e-13)
+  return value
+
+
+def test_fixed_size_one_step_profile_is_attained():
+  # D: n one-dimensional records at the clip norm (1.0); D': record 0
+  # replaced by -1.0. A batch of b sums to b under D; under D' to b - 2 if
+  # it holds record 0 (probability q = b / n), else to b. So (M(D'), M(D))
+  # is the "remove" pair at sensitivity 2 (mirrored), and the accountant's
+  # symmetrised profile is, at every eps, the larger of the two orderings'
+  # profiles: each point of it is attained, so no dominating pair of one
+  # step is smaller, and no fixed-size accountant may report less.
+  n, b, sigma = 7, 3, 1.3
+  q = b / n
+  total = math.comb(n, b)
+  assert _batch_sums([1.0] * n, b) == {b: total}
+  sums = _batch_sums([-1.0] + [1.0] * (n - 1), b)
+  assert set(sums) == {b - 2, b}
+  assert sums[b - 2] / total == pytest.approx(q, rel=1e-12)
+  m_d = lambda o: stats.norm.pdf(o, b, sigma)
+  m_d_prime = lambda o: sum(count / total * stats.norm.pdf(o, mean, sigma)
+                            for mean, count in sums.items())
+  span = (b - 2 - 12 * sigma, b + 12 * sigma, [b - 2, b - 1, b])
+  remove = pld_gaussian.privacy_profile("remove", q, sigma, 2.0)
+  symmetric = pld_gaussian.privacy_profile("symmetric", q, sigma, 2.0)
+  for eps in (-2.0, -1.0, -0.3, 0.0, 0.5, 1.0, 2.0):
+    forward = _hockey_stick(m_d_prime, m_d, eps, *span)
+    reverse = _hockey_stick(m_d, m_d_prime, eps, *span)
+    eps_array = np.array([eps])
+    assert forward == pytest.approx(remove(eps_array)[0], rel=1e-7)
+    assert max(forward, reverse) == pytest.approx(symmetric(eps_array)[0],
+                                                  rel=1e-7)
