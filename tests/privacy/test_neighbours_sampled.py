@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 _SEED_SETTING = os.environ.get("TF_DP_PRIVACY_SEED", "20261122")
 SEED = (random.SystemRandom().randrange(10 ** 6) if _SEED_SETTING == "random"
         else int(_SEED_SETTING))
-CASES_PER_FLAVOUR = int(os.environ.get("TF_DP_PRIVACY_CASES", "8"))
+CASES_PER_FLAVOUR = int(os.environ.get("TF_DP_PRIVACY_CASES", "6"))
 # A recurrent case costs ten to thirty feed-forward ones (tf.vectorized_map
 # traced through the layer's while loop: 50-190 s on a loaded 2-core
 # machine), so a run samples TF_DP_PRIVACY_RECURRENT of them per flavour
