@@ -25,8 +25,23 @@ cd "$root"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONHASHSEED=0
 status=0
 bazel_py=""
-for stack in ${TF_DP_STACKS:-tf221 tf215}; do
+read -r -a stacks <<< "${TF_DP_STACKS:-tf221 tf215}"
+# The stacks after the first are set up in the background while the first
+# one's tests run (an installation is mostly waiting on the network); the
+# loop below waits for each and re-runs its setup, a no-op once installed.
+declare -A setup_pid setup_log
+for stack in "${stacks[@]:1}"; do
+  setup_log[$stack]="$(mktemp)"
+  scripts/setup_env.sh "$stack" > "${setup_log[$stack]}" 2>&1 &
+  setup_pid[$stack]=$!
+done
+for stack in "${stacks[@]}"; do
   echo "=== stack $stack: setting up"
+  if [ -n "${setup_pid[$stack]:-}" ]; then
+    wait "${setup_pid[$stack]}" || echo "background setup of $stack failed; retrying"
+    grep -v "^WARNING: Location" "${setup_log[$stack]}" | head -n 40
+    rm -f "${setup_log[$stack]}"
+  fi
   py="$(scripts/setup_env.sh "$stack" | tail -n 1)" || { echo "setup of $stack failed"; status=1; continue; }
   bazel_py="${bazel_py:-$py}"
   echo "=== stack $stack: $("$py" -c 'import tensorflow as tf, numpy; print("tensorflow", tf.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
