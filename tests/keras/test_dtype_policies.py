@@ -105,8 +105,8 @@ def _loop_reference(model, K, x, y, clip):
 # per-example path each, and the two flavours take opposite paths, so every
 # (flavour, setting), (flavour, path) and (setting, path) pair is run once.
 # Marked slow (TF 2.21 only in CI): TF 2.15's Keras 2 runs the same tf_dp
-# code as TF 2.21's tf-keras; the feed-forward models check both settings
-# on TF 2.15.
+# code as TF 2.21's tf-keras; the feed-forward Keras 2 cases (both settings)
+# are split between the two stacks (tests/conftest.py).
 def _recurrent_method(flavor, setting):
   first = "fast" if flavor == "keras3" else "vectorized"
   second = "vectorized" if first == "fast" else "fast"

@@ -11,7 +11,7 @@ the one of the fixed cases in test_neighbours.py.
 
 Marked slow (CI runs it on TF 2.21 only): its cases train the same tf_dp code
 on TF 2.15's Keras 2 as on TF 2.21's tf-keras (the keras2 flavour here);
-TF 2.15's Keras 2 adapter runs the fixed cases of test_neighbours.py.
+TF 2.15's Keras 2 runs its share of the fixed cases of test_neighbours.py.
 """
 
 import itertools
