@@ -52,10 +52,10 @@ Pairs used (``q`` the sampling probability):
   pair for all a >= 0, so it may be composed. It is also attained: with
   every record at the clip norm and one replaced by its opposite, one
   ordering of the two datasets has the "remove" profile at sensitivity 2
-  and the other the profile below eps = 0 (tests/analysis/test_pld.py), so
-  no smaller pair dominates one step. A composition of it can exceed what
-  either ordering attains over many steps (1.03-1.24x in epsilon on the
-  tested settings).
+  and the other the profile below eps = 0
+  (``tests/analysis/test_pld_gaussian.py``), so no smaller pair dominates
+  one step. A composition of it can exceed what either ordering attains
+  over many steps (1.03-1.24x in epsilon on the tested settings).
 """
 
 import math
