@@ -32,9 +32,22 @@ def compile_dp(K, model, population_size, learning_rate=0.1,
   return model
 
 
+def compile_dp_sgd(K, model, n, clip, noise, lr=1.0, **kwargs):
+  """``compile_dp`` with the short names of the per-example-loop tests:
+  ``n`` examples, clip, noise multiplier, SGD learning rate ``lr``."""
+  return compile_dp(K, model, n, learning_rate=lr, l2_norm_clip=clip,
+                    noise_multiplier=noise, **kwargs)
+
+
 def weights(model):
   """Copies of ``model``'s trainable variables (numpy)."""
   return [v.numpy().copy() for v in model.trainable_variables]
+
+
+def float64_weights(model):
+  """``model``'s trainable variables as float64 numpy arrays."""
+  return [np.asarray(v.numpy(), np.float64)
+          for v in model.trainable_variables]
 
 
 def ledger_samples(model):

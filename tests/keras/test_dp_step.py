@@ -22,14 +22,8 @@ KERAS = helpers.keras_modules()
 METHODS = ["fast", "vectorized"]
 
 
-def compile_dp(K, model, n, clip, noise, lr=1.0, **kwargs):
-  return helpers.compile_dp(K, model, n, learning_rate=lr, l2_norm_clip=clip,
-                            noise_multiplier=noise, **kwargs)
-
-
-def weights(model):
-  return [np.asarray(v.numpy(), np.float64)
-          for v in model.trainable_variables]
+compile_dp = helpers.compile_dp_sgd
+weights = helpers.float64_weights
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -12,9 +12,7 @@ from tests.keras import helpers
 KERAS = helpers.keras_modules()
 
 
-def weights(model):
-  return [np.asarray(v.numpy(), np.float64)
-          for v in model.trainable_variables]
+weights = helpers.float64_weights
 
 
 @pytest.mark.parametrize("kwargs,match", [
