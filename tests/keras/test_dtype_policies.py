@@ -101,16 +101,15 @@ def _loop_reference(model, K, x, y, clip):
 
 
 # The recurrent model costs five to ten times a feed-forward one (tracing
-# through the layer's loop): each flavour runs it under both settings, one
-# per-example path each, and the two flavours take opposite paths, so every
-# (flavour, setting), (flavour, path) and (setting, path) pair is run once.
-# Marked slow (TF 2.21 only in CI): TF 2.15's Keras 2 runs the same tf_dp
-# code as TF 2.21's tf-keras; the feed-forward Keras 2 cases (both settings)
-# are split between the two stacks (tests/conftest.py).
-def _recurrent_method(flavor, setting):
-  first = "fast" if flavor == "keras3" else "vectorized"
-  second = "vectorized" if first == "fast" else "fast"
-  return first if setting == "mixed_bfloat16" else second
+# through the layer's loop: 35-50 s a case): it runs on the default path
+# once per flavour, Keras 3 under mixed_bfloat16 and Keras 2 under float64
+# (the vectorized_map path of recurrent layers is compared with the loop in
+# float32 by test_dp_training.py). Marked slow (TF 2.21 only in CI): TF
+# 2.15's Keras 2 runs the same tf_dp code as TF 2.21's tf-keras; the
+# feed-forward Keras 2 cases (both settings) are split between the two
+# stacks (tests/conftest.py).
+RECURRENT_CASES = {("keras3", "mixed_bfloat16", "fast"),
+                   ("keras2", "float64", "fast")}
 
 
 def _cases():
@@ -125,7 +124,7 @@ def _cases():
             continue  # EinsumDense must not run under vectorized_map.
           marks = ()
           if kind == "rnn":
-            if method != _recurrent_method(K.id, setting):
+            if (K.id, setting, method) not in RECURRENT_CASES:
               continue
             marks = (pytest.mark.slow,)
           yield pytest.param(K.values[0], setting, kind, method, marks=marks,
@@ -153,11 +152,14 @@ def test_clipped_sum_equals_the_per_example_loop(K, setting, kind, method):
 
 def _neighbour_cases():
   # Each flavour under both settings, one per-example path each, the two
-  # flavours on opposite paths (as the recurrent cases above): the clipped
-  # sum itself is checked on every (flavour, setting, path) against the loop.
+  # flavours on opposite paths, so that every (flavour, setting), (flavour,
+  # path) and (setting, path) pair is run once: the clipped sum itself is
+  # checked on every (flavour, setting, path) against the loop.
   for K in KERAS:
     for setting in ("mixed_bfloat16", "float64"):
-      method = _recurrent_method(K.id, setting)
+      first = "fast" if K.id == "keras3" else "vectorized"
+      second = "vectorized" if first == "fast" else "fast"
+      method = first if setting == "mixed_bfloat16" else second
       yield pytest.param(K.values[0], setting, method,
                          id=f"{method}-{setting}-{K.id}")
 
