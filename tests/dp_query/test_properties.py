@@ -47,6 +47,7 @@ def test_noised_minus_clipped_sum_has_the_configured_stddev(stddev, scale,
   assert abs(np.mean(noise)) < 8 * stddev / math.sqrt(40000)
 
 
+@pytest.mark.stack_independent  # Pure Python accounting (tests/conftest.py).
 @settings(max_examples=40, deadline=None)
 @given(q=st.floats(1e-4, 1.0), z=st.floats(0.3, 50.0),
        steps=st.integers(1, 5000), more=st.integers(1, 5000),

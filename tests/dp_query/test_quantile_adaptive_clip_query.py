@@ -18,10 +18,12 @@ def test_adaptive_clip_converges_to_target_quantile():
       initial_l2_norm_clip=1.0, noise_multiplier=0.0,
       target_unclipped_quantile=0.5, learning_rate=0.2,
       clipped_count_stddev=0.0, expected_num_records=100)
+  # One traced step, each of the 100 records accumulated as run_query does.
+  step = tf.function(lambda norms, state: run_query(
+      query, [norms[i:i + 1] for i in range(100)], state)[1])
   state = query.initial_global_state()
   for _ in range(200):
-    records = [tf.constant([n], tf.float32) for n in rng.uniform(0, 10, 100)]
-    _, state, _ = run_query(query, records, state)
+    state = step(tf.constant(rng.uniform(0, 10, 100), tf.float32), state)
   assert float(state.l2_norm_clip) == pytest.approx(5.0, rel=0.1)
 
 

@@ -36,9 +36,12 @@ def test_estimate_converges_to_the_target_quantile(geometric):
   rng = np.random.default_rng(0)
   query = QuantileEstimatorQuery(1.0, 0.8, 0.2 if geometric else 1.0, 0.0,
                                  100.0, geometric_update=geometric)
+  # One traced step, each of the 100 values accumulated as run_query does.
+  step = tf.function(lambda values, state: run_query(
+      query, [values[i] for i in range(100)], state)[1])
   state = query.initial_global_state()
   for _ in range(300):
-    _, state, _ = run_query(query, _scalars(rng.uniform(0, 10, 100)), state)
+    state = step(tf.constant(rng.uniform(0, 10, 100), tf.float32), state)
   assert float(state.estimate) == pytest.approx(8.0, abs=0.6)
 
 
