@@ -12,13 +12,40 @@ adapter (tf-keras 2.21 on TF 2.21, tf.keras 2.15 on TF 2.15), so that each
 runs once per test run instead of twice. A Keras 2 case (``keras2`` among
 its parameter ids) that is neither marked slow (TF 2.21 runs those) nor
 guarded by a ``skipif`` belongs to one stack by a stable hash of its node
-id. Every other case (Keras 3, accounting, queries, the Estimator,
-``compat``, ...) runs on each stack that has what it needs. Without the
-option every case runs.
+id. So does every case of a file marked ``stack_independent`` (the
+accountants' numerical tests: pure Python, NumPy and SciPy, with no
+TensorFlow; each stack's NumPy and SciPy still run half of them). Cases
+marked ``share_group(name)`` hash ``name`` instead of their node id and so
+run on the same stack (cases that share one expensive subprocess). Every
+other case (Keras 3, queries, the Estimator, ``compat``, ...) runs on each
+stack that has what it needs. Without the option every case runs.
 """
 
 import os
 import zlib
+
+# The files that take longest (scripts/test_times.py over full runs of both
+# stacks), longest first. pytest-xdist's --dist loadfile hands files to the
+# workers in collection order, so these are collected first and the run
+# ends on short files instead of one worker running a long file while the
+# other idles. Order only: which tests run, and how, is unchanged.
+LONGEST_FILES = (
+    "tests/distribute/test_mirrored_strategy.py",
+    "tests/keras/test_dtype_policies.py",
+    "tests/keras/test_dp_training.py",
+    "tests/tutorials/test_notebooks.py",
+    "tests/compat/test_tf_privacy_suite.py",
+    "tests/keras/test_save_load.py",
+    "tests/privacy/test_neighbours_sampled.py",
+    "tests/privacy/test_neighbours.py",
+    "tests/keras/fast/test_clipped_sum.py",
+    "tests/keras/fast/test_conv_rules.py",
+    "tests/keras/fast/test_einsum_rule.py",
+    "tests/estimator/test_dp_optimizer_v1.py",
+    "tests/privacy/test_random_models.py",
+    "tests/keras/test_callbacks.py",
+    "tests/keras/test_fit_sampling.py",
+)
 
 # pytest-xdist replays each worker's reports in the controlling process,
 # which alone writes them.
@@ -46,15 +73,26 @@ def pytest_addoption(parser):
 def _is_shared(item):
   if item.get_closest_marker("slow") or item.get_closest_marker("skipif"):
     return False
+  if item.get_closest_marker("stack_independent"):
+    return True
   callspec = getattr(item, "callspec", None)
   return callspec is not None and "keras2" in callspec.id.split("-")
 
 
 def _owner(item):
-  return STACKS[zlib.crc32(item.nodeid.encode("utf-8")) % len(STACKS)]
+  group = item.get_closest_marker("share_group")
+  key = group.args[0] if group else item.nodeid
+  return STACKS[zlib.crc32(key.encode("utf-8")) % len(STACKS)]
+
+
+def _file_rank(item):
+  path = item.nodeid.split("::")[0]
+  return (LONGEST_FILES.index(path) if path in LONGEST_FILES
+          else len(LONGEST_FILES))
 
 
 def pytest_collection_modifyitems(config, items):
+  items.sort(key=_file_rank)  # A stable sort: files keep their own order.
   stack = config.getoption("--stack-share")
   if stack is None:
     return

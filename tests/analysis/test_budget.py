@@ -7,6 +7,9 @@ from tf_dp import analysis
 from tf_dp.analysis import event_accounting
 from tf_dp.analysis.ledger import LedgerEvent
 
+# Pure Python accounting: one stack runs each case (tests/conftest.py).
+pytestmark = pytest.mark.stack_independent
+
 STEP = LedgerEvent("poisson", 0.01, 1.1, 60000, 1)
 FIXED = LedgerEvent("fixed_size", 0.25, 2.0, 64, 1)
 

@@ -17,6 +17,9 @@ import pytest
 from tf_dp import analysis
 from tf_dp.analysis import checks
 
+# Pure Python accounting: one stack runs each case (tests/conftest.py).
+pytestmark = pytest.mark.stack_independent
+
 
 def exact_rdp(q, sigma, alpha, dps=50):
   """RDP by mpmath integration of E_{mu0}[(mu/mu0)^alpha] (50 digits).

@@ -20,6 +20,9 @@ from tf_dp.analysis import pld
 from tf_dp.analysis import pld_discrete
 from tf_dp.analysis import pld_gaussian
 
+# Pure Python accounting: one stack runs each case (tests/conftest.py).
+pytestmark = pytest.mark.stack_independent
+
 DELTA = 1e-5
 Q_MNIST = 256 / 60000
 # (noise multiplier, steps): scripts/main.sh; TF Privacy README MNIST at 60

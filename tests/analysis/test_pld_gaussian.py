@@ -19,6 +19,9 @@ from scipy import stats
 
 from tf_dp.analysis import pld_gaussian
 
+# Pure Python accounting: one stack runs each case (tests/conftest.py).
+pytestmark = pytest.mark.stack_independent
+
 
 def analytic_gaussian_delta(eps, sigma):
   """Balle & Wang (2018), Thm. 8: delta(eps) of N(1, s^2) vs N(0, s^2)."""

@@ -11,6 +11,9 @@ from tf_dp.analysis import DEFAULT_ORDERS
 from tf_dp.analysis import compute_heterogeneous_rdp
 from tf_dp.analysis import compute_rdp
 
+# Pure Python accounting: one stack runs each case (tests/conftest.py).
+pytestmark = pytest.mark.stack_independent
+
 dp_accounting = pytest.importorskip("dp_accounting")
 
 

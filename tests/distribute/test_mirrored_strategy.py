@@ -46,6 +46,11 @@ TWO_REPLICA_MODES = ("exact,microbatches,neighbour,noise,user4,user3,"
                      "correlated,correlated_noise")
 
 
+# --stack-share runs a flavour's two-replica cases on one stack, so that one
+# worker process serves them all (tests/conftest.py).
+TWO_REPLICAS = pytest.mark.share_group("tests/distribute two replicas")
+
+
 def run_worker(flavor, mode):
   modes = TWO_REPLICA_MODES if mode in TWO_REPLICA_MODES.split(",") else mode
   return _worker_results(flavor, modes)[mode]
@@ -75,6 +80,7 @@ def run_two_workers(flavor, mode):
   return results
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_step_equals_per_example_loop(flavor):
   result = run_worker(flavor, "exact")
@@ -91,6 +97,7 @@ def test_mirrored_strategy_with_one_replica_equals_per_example_loop(flavor):
   assert result["max_abs_error"] < 1e-6
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_num_microbatches_counts_microbatches_of_the_global_batch(flavor):
   # num_microbatches=4 on 2 replicas: 4 records of 2 examples in all (each
@@ -101,6 +108,7 @@ def test_num_microbatches_counts_microbatches_of_the_global_batch(flavor):
   assert result["examples_per_record"] == pytest.approx(2.0)
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_neighbour_moves_the_clipped_sum_by_at_most_2c(flavor):
   result = run_worker(flavor, "neighbour")
@@ -110,6 +118,7 @@ def test_mirrored_neighbour_moves_the_clipped_sum_by_at_most_2c(flavor):
   assert result["sum_change"] > 0.5 * result["bound"]
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_noise_once_per_global_batch(flavor):
   # As in the single-device test: 40 steps x 30 kernel entries, tolerance
@@ -123,6 +132,7 @@ def test_mirrored_noise_once_per_global_batch(flavor):
   assert result["replica_copies"] == 2 and result["replicas_equal"]
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_user_lots_clip_each_user_once(flavor):
   """privacy_unit="user" on 2 replicas: a fixed-size lot of 4 users of 3
@@ -146,6 +156,7 @@ def test_mirrored_user_lots_clip_each_user_once(flavor):
   assert result["ledger"] == [["user", 12, pytest.approx(4 / 12)]]
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_user_lots_that_split_a_user_are_refused(flavor):
   """A lot of 3 users (9 rows) on 2 replicas would be split 5 | 4 rows:
@@ -161,6 +172,7 @@ def test_mirrored_user_lots_that_split_a_user_are_refused(flavor):
   assert result["moved"] == 0.0 and result["ledger"] == []
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_correlated_noise_fit_steps_are_dp_sgds(flavor):
   """noise_strategy (banded, 6 steps, 3 bands) on 2 replicas, fit on 24
@@ -179,6 +191,7 @@ def test_mirrored_correlated_noise_fit_steps_are_dp_sgds(flavor):
   assert result["ledger_samples"] == 3
 
 
+@TWO_REPLICAS
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mirrored_correlated_noise_is_added_once_per_step(flavor):
   """Zero data (the clipped sums are the same on every run), banded
