@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tf_dp.estimator import record_independence
+from tests.estimator.test_dp_optimizer_v1 import _batch_centred
 
 v1 = tf.compat.v1
 X = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
@@ -40,12 +41,6 @@ def _run_check(build_loss, seeds=range(4)):
 
 def _independent(features, ids, w, emb):
   h = features * tf.gather(emb, ids)
-  return tf.square(tf.linalg.matvec(h, w) - 1.0)
-
-
-def _centred(features, ids, w, emb):
-  del ids, emb
-  h = features - tf.reduce_mean(features, axis=0)
   return tf.square(tf.linalg.matvec(h, w) - 1.0)
 
 
@@ -79,7 +74,8 @@ def test_independent_examples_pass():
   assert _run_check(_independent) is None
 
 
-@pytest.mark.parametrize("build_loss", [_centred, _centred_embeddings])
+@pytest.mark.parametrize("build_loss", [_batch_centred,
+                                       _centred_embeddings])
 def test_a_loss_that_reads_other_examples_fails_with_the_fix(build_loss):
   message = _run_check(build_loss)
   assert message is not None
