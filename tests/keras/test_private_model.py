@@ -1,6 +1,6 @@
-"""``make_private``'s ``fit`` on Poisson lots: the padding rows a lot carries
-are never counted in the reported loss and metrics, and class weights fold
-into the lots' weights."""
+"""``make_private``'s ``fit``: Keras traces its DP step once; on Poisson lots
+the padding rows a lot carries are never counted in the reported loss and
+metrics, and class weights fold into the lots' weights."""
 
 import warnings
 
@@ -10,8 +10,36 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+from tf_dp.keras import private_model
 
 KERAS = helpers.keras_modules()
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_fit_traces_the_dp_step_once(K, monkeypatch):
+  """The DP state (the queries' state, the lot, the noise key) exists
+  before Keras traces the train step: a tf.function whose trace creates
+  variables is traced a second time (twice the DP step's tracing, the
+  largest part of a first fit's time)."""
+  traces = []
+  step = private_model._dp_train_step  # pylint: disable=protected-access
+
+  def counted(*args, **kwargs):
+    traces.append(1)
+    return step(*args, **kwargs)
+
+  monkeypatch.setattr(private_model, "_dp_train_step", counted)
+  x, y = helpers.make_data("dense", 32)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
+      population_size=32),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+  assert len(traces) == 1
+  assert model.optimizer.ledger.to_dict()["samples"][-1]["sampling"] == (
+      "shuffled")
+  assert len(model.optimizer.ledger.to_dict()["samples"]) == 8
 
 
 def _poisson_model(K, n, q, metrics, **compile_kwargs):

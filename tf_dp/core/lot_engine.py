@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
+from tf_dp.dp_query import noise
 from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.dp_query.dp_query import Nest
 from tf_dp.dp_query.nested_query import NestedQuery
@@ -169,6 +170,7 @@ class LotEngine(tf.Module):
         tf.Variable(0.0, trainable=False, name="lot_records"),
         tf.Variable(0.0, trainable=False, name="lot_examples"),
         tf.Variable(0, trainable=False, name="batches_in_lot"))
+    noise.create_process_key()
     self._built = True
 
   def part_query(self, part: str) -> DPQuery:

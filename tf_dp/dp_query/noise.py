@@ -309,6 +309,22 @@ def _process_key():
     return key
 
 
+def create_process_key() -> None:
+  """Creates this process's secret noise key for the current
+  ``tf.distribute`` strategy, unless it exists (the key the first draw
+  would otherwise create; nothing in a tf.compat.v1 graph, which draws from
+  os.urandom).
+
+  A ``tf.function`` whose trace creates a variable is traced a second time
+  before it runs; creating the key with the rest of the DP state, before
+  the training step is traced, keeps that step to one trace. The key's
+  secrecy and use are unchanged: it stays out of every checkpoint.
+  """
+  with tf.init_scope():
+    if tf.executing_eagerly():
+      _process_key()
+
+
 def _os_entropy_seed():
   seed = tf.numpy_function(lambda: _urandom_int64(2), [], tf.int64)
   seed.set_shape([2])

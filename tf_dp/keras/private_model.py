@@ -171,6 +171,11 @@ def _dp_fit(self, *args, **kwargs):
     args, kwargs = _class_weights_into_lots(args, kwargs)
     batch, args, kwargs = first_batch.for_fit(self, args, kwargs)
     _build_on_first_batch(self, batch)
+    if engine is not None and self.built and self.trainable_variables:
+      # The DP state exists before Keras traces the train step: a trace
+      # that creates variables is traced twice.
+      with self.distribute_strategy.scope():
+        optimizer.ensure_built(self.trainable_variables, self)
     _self_check(self, batch)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
