@@ -6,8 +6,6 @@ Estimator optimizers build one and validate their arguments through it.
 """
 
 import dataclasses
-import math
-import numbers
 import warnings
 from typing import Any, Dict, Optional
 
@@ -79,40 +77,23 @@ class DPConfig:
                        "query with tf_dp.build_query(..., secure_mode=True) "
                        "and pass it as dp_query instead.")
     if self.dp_query is None:
-      if (not isinstance(self.l2_norm_clip, numbers.Real)
-          or math.isnan(self.l2_norm_clip) or self.l2_norm_clip <= 0
-          or math.isinf(self.l2_norm_clip)):
-        raise ValueError(
-            f"l2_norm_clip must be a finite number > 0; got "
-            f"{self.l2_norm_clip!r}. Typical values are 0.1 to 10: the "
-            f"median per-example gradient norm is a good start.")
-      if (not isinstance(self.noise_multiplier, numbers.Real)
-          or math.isnan(self.noise_multiplier) or self.noise_multiplier < 0
-          or math.isinf(self.noise_multiplier)):
-        raise ValueError(
-            f"noise_multiplier must be a finite number >= 0; got "
-            f"{self.noise_multiplier!r}. Use "
-            f"tf_dp.analysis.compute_noise_multiplier to pick one for a "
-            f"target epsilon.")
+      self.l2_norm_clip = checks.check_positive(
+          "l2_norm_clip", self.l2_norm_clip, " Typical values are 0.1 to 10: "
+          "the median per-example gradient norm is a good start.")
+      self.noise_multiplier = checks.check_non_negative(
+          "noise_multiplier", self.noise_multiplier, " Use tf_dp.analysis."
+          "compute_noise_multiplier to pick one for a target epsilon.")
       if self.noise_multiplier == 0:
         warnings.warn("noise_multiplier=0 adds no noise: the ledger will "
                       "report epsilon = inf.", UserWarning, stacklevel=3)
-    if self.num_microbatches is not None and (
-        isinstance(self.num_microbatches, bool)
-        or not isinstance(self.num_microbatches, numbers.Integral)
-        or self.num_microbatches < 1):
-      raise ValueError(f"num_microbatches must be None or an integer >= 1; "
-                       f"got {self.num_microbatches!r}.")
-    if (isinstance(self.gradient_accumulation_steps, bool)
-        or not isinstance(self.gradient_accumulation_steps, numbers.Integral)
-        or self.gradient_accumulation_steps < 1):
-      raise ValueError(f"gradient_accumulation_steps must be an integer >= 1;"
-                       f" got {self.gradient_accumulation_steps!r}.")
-    if self.metrics_noise_stddev is not None and not (
-        isinstance(self.metrics_noise_stddev, numbers.Real)
-        and self.metrics_noise_stddev >= 0):
-      raise ValueError("metrics_noise_stddev must be None or a number >= 0; "
-                       f"got {self.metrics_noise_stddev!r}.")
+    if self.num_microbatches is not None:
+      self.num_microbatches = checks.check_positive_int(
+          "num_microbatches", self.num_microbatches)
+    self.gradient_accumulation_steps = checks.check_positive_int(
+        "gradient_accumulation_steps", self.gradient_accumulation_steps)
+    if self.metrics_noise_stddev is not None:
+      self.metrics_noise_stddev = checks.check_non_negative(
+          "metrics_noise_stddev", self.metrics_noise_stddev)
     if self.per_example_method not in PER_EXAMPLE_METHODS:
       raise ValueError(f"per_example_method must be one of "
                        f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
@@ -127,14 +108,10 @@ class DPConfig:
     if self.population_size is None and not self.population_size_deferred():
       raise ValueError(f"population_size is required here (sampling="
                        f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
-    if self.population_size is not None and (
-        isinstance(self.population_size, bool)
-        or not isinstance(self.population_size, numbers.Integral)
-        or self.population_size < 1):
-      raise ValueError(
-          f"population_size must be the number of training examples (an "
-          f"integer >= 1); got {self.population_size!r}. tf_dp needs it to "
-          f"account privacy: DPOptimizer(..., population_size=len(x_train)).")
+    if self.population_size is not None:
+      self.population_size = checks.check_positive_int(
+          "population_size", self.population_size, " It is the number of "
+          "training examples: DPOptimizer(..., population_size=len(x_train)).")
     if self.sampling is Sampling.POISSON:
       if self.sampling_probability is None or not (
           0 < self.sampling_probability <= 1):
@@ -199,8 +176,7 @@ class DPConfig:
             f"from tf_dp.data.poisson_sampled_users), or leave "
             f"max_examples_per_user out.")
       return
-    if (isinstance(k, bool) or not isinstance(k, numbers.Integral)
-        or k < 1):
+    if k is None or not checks.is_int(k) or k < 1:
       raise ValueError(
           f"privacy_unit='user' needs max_examples_per_user, an integer >= 1 "
           f"(the k of tf_dp.data.poisson_sampled_users: rows per user in a "
