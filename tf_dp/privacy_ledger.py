@@ -481,7 +481,7 @@ def ledger_dict_from_buffers(
                               ledger_format or ledger_schema.FORMAT_V1)
 
 
-class QueryWithLedger(dp_query.DPQuery):
+class QueryWithLedger(dp_query.WrapperQuery):
   """Wraps a query so that each noised result records one ledger sample.
 
   Privacy contract: that of the wrapped query; in addition, every call of
@@ -497,57 +497,24 @@ class QueryWithLedger(dp_query.DPQuery):
       raise TypeError(f"query must be a DPQuery; got {query!r}.")
     if not isinstance(ledger, PrivacyLedger):
       raise TypeError(f"ledger must be a PrivacyLedger; got {ledger!r}.")
-    self._query = query
+    super().__init__(query)
     self._ledger = ledger
     self._sampling_event = (None if sampling_event is None
                             else _check_sampling_event(sampling_event))
 
   @property
   def query(self) -> dp_query.DPQuery:
-    return self._query
+    return self._wrapped
 
   @property
   def ledger(self) -> PrivacyLedger:
     return self._ledger
 
-  def initial_global_state(self) -> Nest:
-    return self._query.initial_global_state()
-
-  def derive_sample_params(self, global_state: Nest) -> Nest:
-    return self._query.derive_sample_params(global_state)
-
-  def initial_sample_state(self, template: Nest = None) -> Nest:
-    return self._query.initial_sample_state(template)
-
-  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
-    return self._query.preprocess_record(params, record)
-
-  def accumulate_preprocessed_record(self, sample_state: Nest,
-                                     preprocessed_record: Nest) -> Nest:
-    return self._query.accumulate_preprocessed_record(sample_state,
-                                                      preprocessed_record)
-
-  def merge_sample_states(self, sample_state_1: Nest,
-                          sample_state_2: Nest) -> Nest:
-    return self._query.merge_sample_states(sample_state_1, sample_state_2)
-
   def get_noised_result(self, sample_state: Nest,
                         global_state: Nest) -> Tuple[Nest, Nest, Nest]:
-    result, new_state, event = self._query.get_noised_result(sample_state,
-                                                             global_state)
+    result, new_state, event = self._wrapped.get_noised_result(sample_state,
+                                                               global_state)
     written = self._ledger.record_sample(event, self._sampling_event)
     with tf.control_dependencies([written]):
       result = tf.nest.map_structure(tf.identity, result)
     return result, new_state, event
-
-  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
-    return self._query.derive_metrics(global_state)
-
-  def supports_record_scales(self) -> bool:
-    return self._query.supports_record_scales()
-
-  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
-    return self._query.record_scales(params, sq_norms)
-
-  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
-    return self._query.preprocessed_sum(scaled_sum, extra_sum)

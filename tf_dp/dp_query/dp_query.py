@@ -111,6 +111,55 @@ class DPQuery(metaclass=abc.ABCMeta):
     raise NotImplementedError
 
 
+
+class WrapperQuery(DPQuery):
+  """A query that runs another: each method is the wrapped query's unless
+  a subclass overrides it.
+
+  Privacy contract: that of the wrapped query, changed only by what the
+  subclass's overrides state.
+  """
+
+  def __init__(self, wrapped: DPQuery) -> None:
+    self._wrapped = wrapped
+
+  def initial_global_state(self) -> Nest:
+    return self._wrapped.initial_global_state()
+
+  def derive_sample_params(self, global_state: Nest) -> Nest:
+    return self._wrapped.derive_sample_params(global_state)
+
+  def initial_sample_state(self, template: Nest = None) -> Nest:
+    return self._wrapped.initial_sample_state(template)
+
+  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
+    return self._wrapped.preprocess_record(params, record)
+
+  def accumulate_preprocessed_record(self, sample_state: Nest,
+                                     preprocessed_record: Nest) -> Nest:
+    return self._wrapped.accumulate_preprocessed_record(sample_state,
+                                                        preprocessed_record)
+
+  def merge_sample_states(self, sample_state_1: Nest,
+                          sample_state_2: Nest) -> Nest:
+    return self._wrapped.merge_sample_states(sample_state_1, sample_state_2)
+
+  def get_noised_result(self, sample_state: Nest,
+                        global_state: Nest) -> Tuple[Nest, Nest, Nest]:
+    return self._wrapped.get_noised_result(sample_state, global_state)
+
+  def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
+    return self._wrapped.derive_metrics(global_state)
+
+  def supports_record_scales(self) -> bool:
+    return self._wrapped.supports_record_scales()
+
+  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
+    return self._wrapped.record_scales(params, sq_norms)
+
+  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
+    return self._wrapped.preprocessed_sum(scaled_sum, extra_sum)
+
 def check_record_structure(template_like: Nest, record: Nest,
                            what: str = "record") -> None:
   """Raises a RecordStructureError naming the mismatch if ``record`` has the

@@ -13,7 +13,7 @@ NormalizedState = collections.namedtuple(
     "NormalizedState", ["numerator_state", "denominator"])
 
 
-class NormalizedQuery(dp_query.DPQuery):
+class NormalizedQuery(dp_query.WrapperQuery):
   """Divides the noised result of a sum query by a fixed ``denominator``.
 
   With Poisson sampling at rate q from n records, ``denominator = q * n``
@@ -29,40 +29,25 @@ class NormalizedQuery(dp_query.DPQuery):
 
   def __init__(self, numerator_query: dp_query.DPQuery,
                denominator: Optional[float]) -> None:
-    self._numerator = numerator_query
+    super().__init__(numerator_query)
     self._denominator = checks.check_positive(
         "denominator", denominator,
         " It is the expected number of records per sample (q * n).")
 
   @property
   def numerator_query(self) -> dp_query.DPQuery:
-    return self._numerator
+    return self._wrapped
 
   def initial_global_state(self) -> Nest:
-    return NormalizedState(self._numerator.initial_global_state(),
+    return NormalizedState(self._wrapped.initial_global_state(),
                            tf.constant(self._denominator, tf.float32))
 
   def derive_sample_params(self, global_state: Nest) -> Nest:
-    return self._numerator.derive_sample_params(global_state.numerator_state)
-
-  def initial_sample_state(self, template: Nest = None) -> Nest:
-    return self._numerator.initial_sample_state(template)
-
-  def preprocess_record(self, params: Nest, record: Nest) -> Nest:
-    return self._numerator.preprocess_record(params, record)
-
-  def accumulate_preprocessed_record(self, sample_state: Nest,
-                                     preprocessed_record: Nest) -> Nest:
-    return self._numerator.accumulate_preprocessed_record(
-        sample_state, preprocessed_record)
-
-  def merge_sample_states(self, sample_state_1: Nest,
-                          sample_state_2: Nest) -> Nest:
-    return self._numerator.merge_sample_states(sample_state_1, sample_state_2)
+    return self._wrapped.derive_sample_params(global_state.numerator_state)
 
   def get_noised_result(self, sample_state: Nest,
                         global_state: Nest) -> Tuple[Nest, Nest, Nest]:
-    noised_sum, numerator_state, event = self._numerator.get_noised_result(
+    noised_sum, numerator_state, event = self._wrapped.get_noised_result(
         sample_state, global_state.numerator_state)
     result = tf.nest.map_structure(
         lambda x: x / tf.cast(global_state.denominator, x.dtype), noised_sum)
@@ -70,13 +55,4 @@ class NormalizedQuery(dp_query.DPQuery):
         event)
 
   def derive_metrics(self, global_state: Nest) -> Dict[str, Any]:
-    return self._numerator.derive_metrics(global_state.numerator_state)
-
-  def supports_record_scales(self) -> bool:
-    return self._numerator.supports_record_scales()
-
-  def record_scales(self, params: Nest, sq_norms: Nest) -> Tuple[Nest, Nest]:
-    return self._numerator.record_scales(params, sq_norms)
-
-  def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
-    return self._numerator.preprocessed_sum(scaled_sum, extra_sum)
+    return self._wrapped.derive_metrics(global_state.numerator_state)
