@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional
 from tf_dp.analysis import checks
 from tf_dp.analysis import ledger_schema
 from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.analysis import search
 from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
 
@@ -235,13 +236,8 @@ def max_steps_within_budget(strategy: mf.Strategy, noise_multiplier: float,
         strategy, t, noise_multiplier, delta, neighbouring, passes,
         per_pass if passes > 1 else None) <= target_epsilon
 
-  lo, hi = 0, strategy.steps  # fits(lo) holds; find the largest such t.
-  if fits(hi):
-    return hi
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    if fits(mid):
-      lo = mid
-    else:
-      hi = mid
-  return lo
+  if fits(strategy.steps):
+    return strategy.steps
+  # fits(0) holds: the largest such t below strategy.steps.
+  return int(search.monotone_boundary(fits, start=0,
+                                      limit=strategy.steps)[0])
