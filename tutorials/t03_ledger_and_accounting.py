@@ -7,7 +7,6 @@
 
 # %%
 import json
-import numpy as np
 import tensorflow as tf
 import tf_dp
 

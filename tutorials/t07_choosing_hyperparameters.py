@@ -6,7 +6,6 @@
 # a clip near the median gradient norm, a fairly large learning rate.
 
 # %%
-import tf_dp
 from tf_dp import analysis
 
 n, delta = 60000, 1e-5

@@ -24,7 +24,7 @@ describes exactly the mechanism applied (see ``events.py``).
 """
 
 import abc
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import tensorflow as tf
 
