@@ -106,8 +106,7 @@ class PrivacyLedger(tf.Module):
     population_size = _check_population_size(population_size)
     sampling_probability = checks.check_probability("sampling_probability",
                                                     sampling_probability)
-    Sampling.check("sampling", sampling)
-    PrivacyUnit.check("privacy_unit", privacy_unit)
+    code = ledger_schema.sampling_code(sampling, privacy_unit)  # checks both
     examples_per_record = checks.check_positive_int("examples_per_record",
                                                     examples_per_record)
     self._max_samples = checks.check_positive_int("max_samples", max_samples,
@@ -125,10 +124,8 @@ class PrivacyLedger(tf.Module):
     self.examples_per_record = tf.Variable(
         float(examples_per_record), dtype=f64, trainable=False,
         name=f"{name}/examples_per_record")
-    self._sampling_code = tf.Variable(
-        float(ledger_schema.sampling_code(sampling, privacy_unit)),
-        dtype=f64,
-        trainable=False, name=f"{name}/sampling_code")
+    self._sampling_code = tf.Variable(float(code), dtype=f64, trainable=False,
+                                      name=f"{name}/sampling_code")
     self._samples = tf.Variable(
         tf.zeros([self._max_samples, len(ledger_schema.SAMPLE_ROW)], f64),
         trainable=False, name=f"{name}/samples")

@@ -64,6 +64,8 @@ from typing import Callable, Tuple
 import numpy as np
 from scipy import special
 
+from tf_dp.analysis import checks
+
 DIRECTIONS = ("remove", "add", "symmetric")
 
 
@@ -117,9 +119,7 @@ def _remove_loss(o, q, sigma, sens):
 def privacy_profile(direction: str, q: float, sigma: float,
                     sens: float) -> Callable[[np.ndarray], np.ndarray]:
   """The function eps -> delta(eps) of one pair (vectorised over eps)."""
-  if direction not in DIRECTIONS:
-    raise ValueError(f"direction must be one of {DIRECTIONS}; got "
-                     f"{direction!r}.")
+  checks.check_choice("direction", direction, DIRECTIONS)
   if q == 1.0 and direction == "add":
     direction = "remove"  # Without sampling both orderings coincide.
   fn = {"remove": _remove_profile, "add": _add_profile,

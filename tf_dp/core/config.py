@@ -94,9 +94,8 @@ class DPConfig:
     if self.metrics_noise_stddev is not None:
       self.metrics_noise_stddev = checks.check_non_negative(
           "metrics_noise_stddev", self.metrics_noise_stddev)
-    if self.per_example_method not in PER_EXAMPLE_METHODS:
-      raise ValueError(f"per_example_method must be one of "
-                       f"{PER_EXAMPLE_METHODS}; got {self.per_example_method!r}.")
+    checks.check_choice("per_example_method", self.per_example_method,
+                        PER_EXAMPLE_METHODS)
     self.sampling = Sampling.check("sampling", self.sampling)
     self._check_noise_strategy()
     self._check_privacy_unit()

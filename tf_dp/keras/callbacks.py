@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from absl import logging
 
+from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
@@ -157,12 +158,10 @@ class PrivacyBudget(_Callback):
                orders: Optional[Iterable[float]] = None,
                accountant: Optional[str] = None) -> None:
     super().__init__()
-    if not 0 < delta < 1:
-      raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
-    if target_epsilon is not None and not target_epsilon > 0:
-      raise ValueError(f"target_epsilon must be > 0; got {target_epsilon!r}.")
-    self.delta = delta
-    self.target_epsilon = target_epsilon
+    self.delta = checks.check_delta("delta", delta)
+    self.target_epsilon = None if target_epsilon is None else (
+        checks.check_epsilon("target_epsilon", target_epsilon,
+                             allow_zero=False))
     self.orders = None if orders is None else list(orders)
     self.accountant = privacy_lib.resolve_accountant(accountant,
                                                      orders=orders)

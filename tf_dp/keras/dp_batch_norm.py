@@ -26,13 +26,12 @@ class DPBatchNormalizationMixin:
     self.l2_norm_clip = checks.check_positive("l2_norm_clip", l2_norm_clip)
     self.noise_multiplier = checks.check_non_negative("noise_multiplier",
                                                       noise_multiplier)
-    if not 0 <= momentum < 1:
-      raise ValueError(f"momentum must lie in [0, 1); got {momentum!r}.")
+    self.momentum = checks.check_real("momentum", momentum, low=0.0,
+                                      high=1.0, high_open=True)
     if not (center or scale):
       raise ValueError("DPBatchNormalization needs center or scale: the "
                        "statistics update is driven by its trainable "
                        "variables' taps.")
-    self.momentum = float(momentum)
     self.epsilon = float(epsilon)
     self.center = center
     self.scale = scale
