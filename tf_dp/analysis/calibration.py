@@ -35,11 +35,6 @@ def _epsilon_fn(n, delta, sampling, conversion, accountant):
   return eps
 
 
-def _check_target(target_epsilon):
-  return checks.check_epsilon("target_epsilon", target_epsilon,
-                              allow_zero=False)
-
-
 def compute_noise_multiplier(n: int, batch_size: int, target_epsilon: float,
                              epochs: float, delta: float,
                              sampling: str = Sampling.POISSON,
@@ -71,7 +66,8 @@ def compute_noise_multiplier(n: int, batch_size: int, target_epsilon: float,
   Example:
     >>> z = compute_noise_multiplier(60000, 256, 3.0, 60, 1e-5)  # ~0.98
   """
-  target_epsilon = _check_target(target_epsilon)
+  target_epsilon = checks.check_epsilon("target_epsilon", target_epsilon,
+                                        allow_zero=False)
   tolerance = checks.check_tolerance("tolerance", tolerance)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
   lo, hi = search.monotone_boundary(

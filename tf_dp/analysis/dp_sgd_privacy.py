@@ -49,11 +49,6 @@ def dp_sgd_steps(n: int, batch_size: int, epochs: float) -> int:
   return int(math.ceil(epochs * n / batch_size - 1e-9))
 
 
-def _check_run(n, batch_size, epochs):
-  n, batch_size = checks.check_dataset(n, batch_size)
-  return n, batch_size, checks.check_epochs("epochs", epochs)
-
-
 def dp_sgd_rdp(sampling_probability: float, noise_multiplier: float, steps: int,
                orders: checks.FloatArray, sampling: str) -> np.ndarray:
   """RDP curve of ``steps`` DP-SGD steps under the given sampling scheme."""
@@ -107,7 +102,8 @@ def compute_dp_sgd_privacy(
   """
   accountant = resolve_accountant(accountant, conversion=conversion,
                                   orders=orders)
-  n, batch_size, epochs = _check_run(n, batch_size, epochs)
+  n, batch_size = checks.check_dataset(n, batch_size)
+  epochs = checks.check_epochs("epochs", epochs)
   delta = checks.check_delta("delta", delta)
   noise_multiplier = checks.check_noise_multiplier(
       "noise_multiplier", noise_multiplier)
