@@ -89,17 +89,10 @@ def dataset(batch, seq_len):
   return tf.data.Dataset.from_tensors((x, y)).repeat().prefetch(2)
 
 
-def fit_step_time(model, data, steps):
-  from step_time import _EpochTimer  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  timer = _EpochTimer.make(keras)
-  model.fit(data, steps_per_epoch=steps, epochs=3, verbose=0,
-            callbacks=[timer])
-  return min(timer.times[1:]) / steps
-
-
 def compare(tune, batch, seq_len, rounds, steps, config=None):
   """Median per-step times (plain, dp) over alternating rounds."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from step_time import fit_step_time  # pylint: disable=g-import-not-at-top
   data = dataset(batch, seq_len)
   plain = build("plain", tune, seq_len, config)
   dp = build("dp", tune, seq_len, config)
@@ -107,7 +100,7 @@ def compare(tune, batch, seq_len, rounds, steps, config=None):
   for i in range(rounds):
     pair = [(plain, t_plain), (dp, t_dp)]
     for model, out in (pair[::-1] if i % 2 else pair):
-      out.append(fit_step_time(model, data, steps))
+      out.append(fit_step_time(model, data, steps, 3, keras))
   return statistics.median(t_plain), statistics.median(t_dp)
 
 

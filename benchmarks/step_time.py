@@ -127,9 +127,10 @@ class _EpochTimer:
     return Timer()
 
 
-def fit_step_time(model, data, steps, epochs):
-  """Seconds per step of ``model.fit``: best epoch after the first."""
-  keras = sys.modules[type(model).__module__.split(".")[0]]
+def fit_step_time(model, data, steps, epochs, keras=None):
+  """Seconds per step of ``model.fit``: best epoch after the first
+  (``keras``: the model's Keras module; by default its class's package)."""
+  keras = keras or sys.modules[type(model).__module__.split(".")[0]]
   timer = _EpochTimer.make(keras)
   model.fit(data, steps_per_epoch=steps, epochs=epochs, verbose=0, shuffle=False,
             callbacks=[timer])
