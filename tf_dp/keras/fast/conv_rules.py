@@ -320,11 +320,8 @@ class SeparableConv2DRule(linear.LinearRule):
   def supports(self, layer):
     return super().supports(layer) and _depthwise_supported(layer)
 
-  def variables(self, layer):
-    out = [layer.depthwise_kernel, layer.pointwise_kernel]
-    if getattr(layer, "use_bias", True) and layer.bias is not None:
-      out.append(layer.bias)
-    return out
+  def kernel_variables(self, layer):
+    return [layer.depthwise_kernel, layer.pointwise_kernel]
 
   def prepare(self, layer, tap, out_grad, records):
     state = super().prepare(layer, tap, out_grad, records)
@@ -350,7 +347,7 @@ class SeparableConv2DRule(linear.LinearRule):
              linear.kernel_sq_norms(linear.per_record(state["u"], records),
                                     linear.per_record(state["g"], records),
                                     records)]
-    if len(self.variables(layer)) > 2:
+    if self.has_bias(layer):
       state["bias_grads"] = linear.bias_grads(state["g"], layer.bias.shape,
                                               records)
       norms.append(tf.reduce_sum(tf.square(state["bias_grads"]), 1))
