@@ -26,23 +26,14 @@ import tensorflow as tf
 
 from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import PrivacyError
+from tf_dp.privacy_ledger import BUFFER_KEYS
 
 PREFIX = "tf_dp_"
 
 # The saved arrays' names (after PREFIX), in the order ``.h5`` files list
 # them, and the ledger's ``export_buffers`` key each one holds: a file
-# format.
-_SAVED_NAMES = (
-    ("ledger_population_size", "population_size"),
-    ("ledger_sampling_probability", "sampling_probability"),
-    ("ledger_examples_per_record", "examples_per_record"),
-    ("ledger_sampling_code", "sampling_code"),
-    ("ledger_sample_count", "sample_count"),
-    ("ledger_query_count", "query_count"),
-    ("ledger_dropped_samples", "dropped_samples"),
-    ("ledger_samples", "samples"),
-    ("ledger_queries", "queries"),
-)
+# format ("ledger_" and the key, in the order of ``BUFFER_KEYS``).
+_SAVED_NAMES = tuple((f"ledger_{key}", key) for key in BUFFER_KEYS)
 LEDGER_KEYS = tuple(saved for saved, _ in _SAVED_NAMES)
 
 
