@@ -146,18 +146,14 @@ def main(argv):
                 # metrics ignore them (plain `metrics=` would count them).
                 weighted_metrics=["accuracy"])
   budget = tf_dp.keras.PrivacyBudget(delta=FLAGS.delta)
-  if sampling == "poisson":
-    data = tf_dp.data.poisson_sampled_batches(x, y, q, total_steps)
-    fit_args = dict(x=data, steps_per_epoch=steps_per_epoch,
-                    epochs=int(np.ceil(FLAGS.epochs)))
-  elif sampling == "fixed_size":
-    data = tf_dp.data.fixed_size_sampled_batches(x, y, FLAGS.batch_size,
-                                                 total_steps)
-    fit_args = dict(x=data, steps_per_epoch=steps_per_epoch,
-                    epochs=int(np.ceil(FLAGS.epochs)))
+  epochs = int(np.ceil(FLAGS.epochs))
+  if sampling == "shuffled":
+    fit_args = dict(x=x, y=y, batch_size=FLAGS.batch_size, epochs=epochs)
   else:
-    fit_args = dict(x=x, y=y, batch_size=FLAGS.batch_size,
-                    epochs=int(np.ceil(FLAGS.epochs)))
+    data = (tf_dp.data.poisson_sampled_batches(x, y, q, total_steps)
+            if sampling == "poisson" else tf_dp.data.fixed_size_sampled_batches(
+                x, y, FLAGS.batch_size, total_steps))
+    fit_args = dict(x=data, steps_per_epoch=steps_per_epoch, epochs=epochs)
   start = time.time()
   history = model.fit(validation_data=(xt, yt), callbacks=[budget],
                       verbose=FLAGS.verbose, **fit_args).history
