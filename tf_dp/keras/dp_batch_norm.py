@@ -19,10 +19,12 @@ from tf_dp.analysis import checks
 
 
 class DPBatchNormalizationMixin:
-  """Flavour-independent body of ``DPBatchNormalization``."""
+  """Flavour-independent body of ``DPBatchNormalization`` (its arguments:
+  see the flavour's class)."""
 
-  def _dp_bn_init(self, l2_norm_clip, noise_multiplier, momentum, epsilon,
-                  center, scale):
+  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
+               epsilon=1e-3, center=True, scale=True, **kwargs):
+    super().__init__(**kwargs)  # The flavour's keras.layers.Layer.
     self.l2_norm_clip = checks.check_positive("l2_norm_clip", l2_norm_clip)
     self.noise_multiplier = checks.check_non_negative("noise_multiplier",
                                                       noise_multiplier)

@@ -22,9 +22,3 @@ class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
 
   # Its public home, which saved models record.
   __module__ = "tf_dp.keras.layers"
-
-  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
-               epsilon=1e-3, center=True, scale=True, **kwargs):
-    super().__init__(**kwargs)
-    self._dp_bn_init(l2_norm_clip, noise_multiplier, momentum, epsilon,
-                     center, scale)
