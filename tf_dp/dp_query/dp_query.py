@@ -111,7 +111,6 @@ class DPQuery(metaclass=abc.ABCMeta):
     raise NotImplementedError
 
 
-
 class WrapperQuery(DPQuery):
   """A query that runs another: each method is the wrapped query's unless
   a subclass overrides it.
@@ -159,6 +158,7 @@ class WrapperQuery(DPQuery):
 
   def preprocessed_sum(self, scaled_sum: Nest, extra_sum: Nest) -> Nest:
     return self._wrapped.preprocessed_sum(scaled_sum, extra_sum)
+
 
 def check_record_structure(template_like: Nest, record: Nest,
                            what: str = "record") -> None:
