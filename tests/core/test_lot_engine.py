@@ -198,3 +198,16 @@ def test_unknown_population_size_is_refused_before_any_step():
   engine = lot_engine.LotEngine(cfg)
   with pytest.raises(ValueError, match="population_size is unknown"):
     engine.require_population_size()
+
+
+def test_a_lot_of_one_batch_keeps_no_state_between_steps():
+  # With one batch per lot the step that clips a lot releases it: no
+  # variables of the gradients' size are kept (k > 1 keeps one per part).
+  assert _engine().lot_state is None
+  kept = _engine(gradient_accumulation_steps=2).lot_state
+  assert ([v.shape.as_list() for v in tf.nest.flatten(kept)]
+          == [list(s) for s in SHAPES])
+  engine = _engine()
+  engine.config.gradient_accumulation_steps = 2
+  with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+    _add(engine, _record_gradients(3, 0), [])

@@ -205,7 +205,15 @@ def release(query: DPQuery, lot: Nest, global_state: Nest,
     denominator of the mean (``denominator``), and the ops that wrote the
     ledger and the new global state (read the result under them).
   """
-  result, new_global, event = query.get_noised_result(lot, read(global_state))
+  # The noise depends on no data: without this ordering the executor may
+  # draw it (a model's size of floats) early and hold it through the forward
+  # and backward passes that produce the lot. Identities in this graph: a
+  # control input from an enclosing graph (the lot, when this runs in a
+  # tf.cond branch) would be dropped by the branch's function graph.
+  with tf.control_dependencies([tf.identity(t) for t in tf.nest.flatten(lot)
+                                if isinstance(t, tf.Tensor)]):
+    result, new_global, event = query.get_noised_result(lot,
+                                                        read(global_state))
   written = ledger.record_sample(
       event, sampling_event=sampling_event(config, ledger, records, examples))
   # Ordered explicitly: tf.compat.v1 graphs add no automatic dependencies.

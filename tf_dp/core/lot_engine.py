@@ -161,12 +161,20 @@ class LotEngine(tf.Module):
                        f"gradients); got parts {sorted(parts)}.")
     self._query = NestedQuery(parts)
     self.global_state = lot_lib.global_state_variables(self._query)
-    self._templates = templates
+    # Kept as specs: template tensors (a model's size of zeros for the
+    # gradients) would stay allocated for the optimizer's lifetime.
+    self._templates = tf.nest.map_structure(
+        lambda t: tf.TensorSpec.from_tensor(t) if isinstance(t, tf.Tensor)
+        else t, templates)
     # The open lot is an un-noised function of the data: it is kept out of
     # checkpoints and saved models (an untracked holder), so a restore starts
     # a fresh lot and nothing un-noised is ever written to disk.
+    # A lot of one batch is released by the step that clips it: no state
+    # (a model's size of floats) is kept between steps.
+    accumulates = self.config.gradient_accumulation_steps > 1
     self._open_lot = _OpenLot(
-        lot_lib.variables_like(self._empty_lot(), "dp_lot_state"),
+        lot_lib.variables_like(self._empty_lot(), "dp_lot_state")
+        if accumulates else None,
         tf.Variable(0.0, trainable=False, name="lot_records"),
         tf.Variable(0.0, trainable=False, name="lot_examples"),
         tf.Variable(0, trainable=False, name="batches_in_lot"))
@@ -187,7 +195,9 @@ class LotEngine(tf.Module):
     return self._query.derive_sample_params(lot_lib.read(self.global_state))
 
   @property
-  def lot_state(self) -> Nest:
+  def lot_state(self) -> Optional[Nest]:
+    """The open lot's variables; None with one batch per lot (released by
+    the step that clips it: nothing is kept between steps)."""
     return self._open_lot.state
 
   @property
@@ -311,6 +321,11 @@ class LotEngine(tf.Module):
       lot = self._query.accumulate_preprocessed_record(self._empty_lot(),
                                                        batch_sum)
       return self._release_unless_oversized(lot, records, examples, apply_fn)
+    if self.lot_state is None:
+      raise ValueError(
+          f"gradient_accumulation_steps was set to {k} after the optimizer "
+          "was built with 1: set it when creating the optimizer (DPConfig / "
+          "DPOptimizer(gradient_accumulation_steps=...)).")
     lot = self._query.accumulate_preprocessed_record(
         lot_lib.read(self.lot_state), batch_sum)
     records = self.lot_records + records
@@ -377,7 +392,8 @@ class LotEngine(tf.Module):
       return 0
     pending = int(self.batches_in_lot.numpy())
     if pending:
-      lot_lib.assign(self.lot_state, self._empty_lot())
+      if self.lot_state is not None:
+        lot_lib.assign(self.lot_state, self._empty_lot())
       self.lot_records.assign(0.0)
       self.lot_examples.assign(0.0)
       self.batches_in_lot.assign(0)

@@ -329,3 +329,19 @@ def test_ghost_norm_is_chosen_up_to_the_cost_tie():
   assert not linear.use_ghost_sizes(129, 512, 512)
   assert linear.use_ghost_sizes(32, 128, 128)
   assert not linear.use_ghost_sizes(33, 128, 128)
+
+
+def test_ghost_mass_from_gram_diagonals_bounds_the_row_mass():
+  # U = sum_t |a_t| |b_t| is read off the float64 Gram matrices' diagonals:
+  # never below the float64 row computation, and equal to it to rounding,
+  # for huge, tiny and ordinary rows.
+  rng = np.random.default_rng(3)
+  for scale in (1e15, 1e-20, 1.0):
+    a = tf.constant(scale * rng.normal(size=[3, 7, 5]), tf.float32)
+    b = tf.constant(rng.normal(size=[3, 7, 4]), tf.float32)
+    _, mass = linear.ghost_sq_bound(a, b)
+    a64, b64 = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
+    rows = np.sum(np.linalg.norm(a64, axis=2) * np.linalg.norm(b64, axis=2),
+                  1)
+    assert np.all(mass.numpy() >= rows)
+    np.testing.assert_allclose(mass.numpy(), rows, rtol=1e-12)

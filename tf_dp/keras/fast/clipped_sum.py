@@ -356,6 +356,11 @@ def _check_rows_by_example(model, x, units, pre_activation):
         "examples)")
 
 
+def _ready(grads):
+  """The output gradients' tensors (control inputs: ``tf.Tensor`` only)."""
+  return [t for t in tf.nest.flatten(grads) if isinstance(t, tf.Tensor)]
+
+
 def _prepare(rule, unit, taps, outputs, grads, records):
   """The rule's state from the unit's taps and their output gradients
   (zeros where an output does not reach the loss)."""
@@ -415,9 +420,15 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   states = []
   for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
     rule = rules[id(unit)]
-    state = _prepare(rule, unit, taps, outs, grads, records)
-    unit_vars = rule.variables(unit)
-    for v, sq in zip(unit_vars, rule.sq_norms(state)):
+    # The rule's work starts once the unit's output gradients exist: what it
+    # derives from the forward taps alone (float64 casts, Gram matrices,
+    # normalised inputs) would otherwise be computed during the forward pass
+    # and held through the whole backward pass, for every layer at once.
+    with tf.control_dependencies(_ready(grads)):
+      state = _prepare(rule, unit, taps, outs, grads, records)
+      unit_vars = rule.variables(unit)
+      unit_sq = rule.sq_norms(state)
+    for v, sq in zip(unit_vars, unit_sq):
       sq_norms[index[id(v)]] = sq
     states.append((rule, state, unit_vars))
   keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)

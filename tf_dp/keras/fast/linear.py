@@ -225,13 +225,20 @@ def ghost_sq_bound(a, b):
   """``([N] bound, [N] U)``: float64 upper bounds on ``|A^T B|_F^2 =
   sum((A A^T) * (B B^T))`` for rows ``a`` ``[N, T, K]`` and ``b`` ``[N, T,
   C]`` (float64 Gram matrices plus their rounding bound), and ``U``."""
-  a64, b64 = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
-  mass = position_mass(a64, b64)
-  aa = tf.matmul(a64, a64, transpose_b=True)
-  bb = tf.matmul(b64, b64, transpose_b=True)
+  aa = tf.matmul(*[tf.cast(a, tf.float64)] * 2, transpose_b=True)
+  bb = tf.matmul(*[tf.cast(b, tf.float64)] * 2, transpose_b=True)
   value = tf.reduce_sum(aa * bb, axis=[1, 2])
   t = tf.shape(a)[1]
   terms = tf.shape(a)[2] + tf.shape(b)[2] + t * t + 8
+  # U from the Gram matrices' diagonals (|a_t|^2, |b_t|^2: float64 sums of
+  # squares, within gamma_{K + C + T + 8} of exact with the square roots
+  # and the sum), raised by that bound: no second float64 pass over the
+  # rows.
+  mass = tf.reduce_sum(tf.sqrt(tf.linalg.diag_part(aa)
+                               * tf.linalg.diag_part(bb)), 1) * (
+                                   1.0 + rounding_bound(
+                                       tf.shape(a)[2] + tf.shape(b)[2] + t
+                                       + 8, UNIT_ROUNDOFF_FLOAT64))
   return tf.maximum(value, 0.0) + rounding_bound(
       terms, UNIT_ROUNDOFF_FLOAT64) * tf.square(mass), mass
 
