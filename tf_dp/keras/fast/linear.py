@@ -231,14 +231,17 @@ def ghost_sq_bound(a, b):
   t = tf.shape(a)[1]
   terms = tf.shape(a)[2] + tf.shape(b)[2] + t * t + 8
   # U from the Gram matrices' diagonals (|a_t|^2, |b_t|^2: float64 sums of
-  # squares, within gamma_{K + C + T + 8} of exact with the square roots
-  # and the sum), raised by that bound: no second float64 pass over the
-  # rows.
+  # squares of non-negative terms, within a relative gamma_n, n = K + C + T
+  # + 8, of exact with the square roots and the sum), raised so that it is
+  # never below the exact value: computed = exact (1 + e), |e| <= gamma_n,
+  # so exact <= computed / (1 - gamma_n) <= computed (1 + gamma_{2n}) (and
+  # the product's own rounding is inside the 8 spare terms). No second
+  # float64 pass over the rows.
+  n = tf.shape(a)[2] + tf.shape(b)[2] + t + 8
   mass = tf.reduce_sum(tf.sqrt(tf.linalg.diag_part(aa)
                                * tf.linalg.diag_part(bb)), 1) * (
                                    1.0 + rounding_bound(
-                                       tf.shape(a)[2] + tf.shape(b)[2] + t
-                                       + 8, UNIT_ROUNDOFF_FLOAT64))
+                                       2 * n, UNIT_ROUNDOFF_FLOAT64))
   return tf.maximum(value, 0.0) + rounding_bound(
       terms, UNIT_ROUNDOFF_FLOAT64) * tf.square(mass), mass
 
