@@ -142,3 +142,16 @@ def test_gradient_query_is_built_from_the_config_or_taken_as_given():
                           dp_query=privacy_ledger.QueryWithLedger(given, own)),
       templates)
   assert query is given and ledger is own
+
+
+def test_steps_are_ordered_for_memory_from_the_weight_count():
+  # 2**22 weights (16 MiB of float32) and more; a shape unknown until run
+  # time counts as large; Keras variables (tuple shapes) are counted too.
+  threshold = lot.ORDERED_FOR_MEMORY_WEIGHTS
+  assert threshold == 2 ** 22
+  assert not lot.ordered_for_memory([tf.zeros([threshold - 1])])
+  assert lot.ordered_for_memory([tf.zeros([threshold // 2])] * 2)
+  assert not lot.ordered_for_memory([])
+  unknown = tf.TensorSpec([None, 4])
+  assert lot.ordered_for_memory([unknown])
+  assert lot.ordered_for_memory([tf.Variable(tf.zeros([2048, 2048]))])

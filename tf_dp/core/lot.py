@@ -210,8 +210,10 @@ def release(query: DPQuery, lot: Nest, global_state: Nest,
   # and backward passes that produce the lot. Identities in this graph: a
   # control input from an enclosing graph (the lot, when this runs in a
   # tf.cond branch) would be dropped by the branch's function graph.
-  with tf.control_dependencies([tf.identity(t) for t in tf.nest.flatten(lot)
-                                if isinstance(t, tf.Tensor)]):
+  lot_tensors = [t for t in tf.nest.flatten(lot) if isinstance(t, tf.Tensor)]
+  ready = ([tf.identity(t) for t in lot_tensors]
+           if ordered_for_memory(lot_tensors) else [])
+  with tf.control_dependencies(ready):
     result, new_global, event = query.get_noised_result(lot,
                                                         read(global_state))
   written = ledger.record_sample(
@@ -220,6 +222,32 @@ def release(query: DPQuery, lot: Nest, global_state: Nest,
   with tf.control_dependencies([written]):
     advanced = assign(global_state, new_global)
   return result, denominator(config, ledger, records), [written, advanced]
+
+
+# Models of at least this many weights (16 MiB of float32) order the DP
+# step for memory: the noise is drawn once the lot exists, and the fast
+# path's per-layer work once that layer's output gradients exist, instead
+# of during the passes that lead to them (and held through them). On
+# smaller models the memory saved is small and the ordering costs time:
+# work that ran beside the backward pass waits for it (the 407k-weight MLP
+# of benchmarks/step_time.py: DP step 7.6-8.4 ms unordered, 8.6-11.2 ms
+# ordered; the 28.6M-weight BERT of benchmarks/lora_step.py: 1811 MiB
+# ordered against 2523 MiB before, with the lot's buffers).
+ORDERED_FOR_MEMORY_WEIGHTS = 2 ** 22
+
+
+def ordered_for_memory(tensors: Sequence[Any]) -> bool:
+  """Whether a DP step over ``tensors`` (a lot, or the trainable
+  variables) is ordered for memory (``ORDERED_FOR_MEMORY_WEIGHTS``); a
+  shape unknown until run time counts as large. Ordering changes when
+  work runs, never its result."""
+  total = 0
+  for t in tensors:
+    count = tf.TensorShape(t.shape).num_elements()
+    if count is None:
+      return True
+    total += count
+  return total >= ORDERED_FOR_MEMORY_WEIGHTS
 
 
 def mean(noised_sum: Sequence[tf.Tensor], denominator_value: tf.Tensor,

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 
+from tf_dp.core import lot as lot_lib
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
@@ -418,13 +419,15 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   index = {id(v): i for i, v in enumerate(variables)}
   sq_norms = [None] * len(variables)
   states = []
+  ordered = lot_lib.ordered_for_memory(variables)
   for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
     rule = rules[id(unit)]
-    # The rule's work starts once the unit's output gradients exist: what it
-    # derives from the forward taps alone (float64 casts, Gram matrices,
-    # normalised inputs) would otherwise be computed during the forward pass
-    # and held through the whole backward pass, for every layer at once.
-    with tf.control_dependencies(_ready(grads)):
+    # On a large model (lot_lib.ORDERED_FOR_MEMORY_WEIGHTS) the rule's work
+    # starts once the unit's output gradients exist: what it derives from
+    # the forward taps alone (float64 casts, Gram matrices, normalised
+    # inputs) would otherwise be computed during the forward pass and held
+    # through the whole backward pass, for every layer at once.
+    with tf.control_dependencies(_ready(grads) if ordered else []):
       state = _prepare(rule, unit, taps, outs, grads, records)
       unit_vars = rule.variables(unit)
       unit_sq = rule.sq_norms(state)
