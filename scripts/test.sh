@@ -12,8 +12,8 @@
 # Each stack runs its share of the Keras 2 cases, which both stacks run
 # through the same adapter, and of the stack-independent accounting tests
 # (--stack-share, tests/conftest.py): each such case runs once, on one of
-# them; TF_DP_FULL_MATRIX=1 runs every case on
-# every stack. Set TF_DP_STACKS="tf221" to test one stack only (it then
+# them; TF_DP_FULL_MATRIX=1 runs every case on every stack. Set
+# TF_DP_STACKS="tf221" to test one stack only (it then
 # runs its share only, unless TF_DP_FULL_MATRIX=1). After each stack's tests
 # it prints the files that took longest (TF_DP_TEST_TIMES, tests/conftest.py).
 # Each stack also type-checks the typed packages with mypy (mypy.ini).

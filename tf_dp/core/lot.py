@@ -205,9 +205,10 @@ def release(query: DPQuery, lot: Nest, global_state: Nest,
     denominator of the mean (``denominator``), and the ops that wrote the
     ledger and the new global state (read the result under them).
   """
-  # The noise depends on no data: without this ordering the executor may
-  # draw it (a model's size of floats) early and hold it through the forward
-  # and backward passes that produce the lot. Identities in this graph: a
+  # The noise depends on no data: on a large model (ordered_for_memory)
+  # it waits for the lot, since the executor may otherwise draw it (a
+  # model's size of floats) early and hold it through the forward and
+  # backward passes that produce the lot. Identities in this graph: a
   # control input from an enclosing graph (the lot, when this runs in a
   # tf.cond branch) would be dropped by the branch's function graph.
   lot_tensors = [t for t in tf.nest.flatten(lot) if isinstance(t, tf.Tensor)]

@@ -225,8 +225,9 @@ def ghost_sq_bound(a, b):
   """``([N] bound, [N] U)``: float64 upper bounds on ``|A^T B|_F^2 =
   sum((A A^T) * (B B^T))`` for rows ``a`` ``[N, T, K]`` and ``b`` ``[N, T,
   C]`` (float64 Gram matrices plus their rounding bound), and ``U``."""
-  aa = tf.matmul(*[tf.cast(a, tf.float64)] * 2, transpose_b=True)
-  bb = tf.matmul(*[tf.cast(b, tf.float64)] * 2, transpose_b=True)
+  a64, b64 = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
+  aa = tf.matmul(a64, a64, transpose_b=True)
+  bb = tf.matmul(b64, b64, transpose_b=True)
   value = tf.reduce_sum(aa * bb, axis=[1, 2])
   t = tf.shape(a)[1]
   terms = tf.shape(a)[2] + tf.shape(b)[2] + t * t + 8
