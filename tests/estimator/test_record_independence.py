@@ -88,3 +88,26 @@ def test_no_data_tensor_means_no_check():
     w = tf.Variable(tf.ones([8]))
     op = record_independence.independence_assertion(tf.square(w))
     assert op.type == "NoOp"
+
+
+@pytest.mark.parametrize("rows", [2, 3, 8])
+def test_every_run_of_the_check_splits_the_batch(rows):
+  """A batch-centred loss fails every run of the check, not only most: the
+  random half is neither empty nor the whole batch (independent coin flips
+  would let a run of a batch of 2 pass with probability 1/2, so all 40 runs
+  failing would have probability 2^-40)."""
+  x = np.random.default_rng(1).normal(size=(rows, 3)).astype(np.float32)
+  with tf.Graph().as_default():
+    features = v1.placeholder(tf.float32, [rows, 3])
+    w = tf.Variable(np.ones(3, np.float32))
+    check = record_independence.independence_assertion(
+        _batch_centred(features, None, w, None))
+    failed = 0
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      for _ in range(40):
+        try:
+          sess.run(check, {features: x})
+        except tf.errors.InvalidArgumentError:
+          failed += 1
+  assert failed == 40

@@ -10,8 +10,10 @@ sum by far more than the clip bound.
 The check, built into every step: take the batch's data tensors ``X`` (the
 first floating-point tensors computed from the input pipeline: the batch's
 features, and the embeddings of its ids), a random half ``S`` of the
-examples and a random direction ``U`` that is zero outside the rows of
-``S``. The directional derivative of each example's loss along ``U``,
+examples (a uniformly random ``floor(batch / 2)`` of them, so that neither
+``S`` nor its complement is empty) and a random direction ``U`` that is
+zero outside the rows of ``S``. The directional derivative of each
+example's loss along ``U``,
 
     J_i = < d loss_i / d X, U > = sum_{j in S} < d loss_i / d x_j, u_j >,
 
@@ -20,7 +22,8 @@ read each other, and almost surely nonzero for an ``i`` whose loss reads an
 example of ``S``. ``J`` costs two extra backward passes (the derivative of
 ``<d(w . loss)/dX, U>`` with respect to the weights ``w``), O(batch), and is
 computed on the same forward values as the step (the same dropout masks).
-Over steps every pair of examples is split by ``S`` with probability 1/2.
+On every step each pair of examples is split by ``S`` with probability
+about 1/2 (``floor(b/2) ceil(b/2) / (b (b-1) / 2)`` for a batch of ``b``).
 
 Privacy contract: a step whose ``max_{i not in S} |J_i|`` exceeds
 ``RELATIVE_TOLERANCE * max_i |J_i|`` fails before any variable changes (the
@@ -123,7 +126,12 @@ def independence_assertion(loss, seed=None):
   if not xs:
     return tf.no_op()
   rows = tf.shape(loss)[0]
-  in_half = tf.random.uniform([rows], seed=seed) < 0.5
+  # S is a uniformly random set of floor(rows / 2) examples: both S and
+  # its complement hold an example whenever the batch has two, so no step
+  # goes unchecked (independent coin flips leave S empty or full with
+  # probability 2^(1 - rows), and such a step checks nothing).
+  rank = tf.argsort(tf.argsort(tf.random.uniform([rows], seed=seed)))
+  in_half = rank < rows // 2
   weights = tf.ones_like(loss)
   grads = tf.gradients(loss, xs, grad_ys=weights)
   projections = []
