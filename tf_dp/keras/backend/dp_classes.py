@@ -10,42 +10,35 @@ the Keras front end, which asks the adapters), so the adapters cannot
 import them.
 """
 
-
-def _keras3_optimizer():
-  from tf_dp.keras.backend import keras3_optimizer  # pylint: disable=g-import-not-at-top
-  return keras3_optimizer.DPOptimizerKeras3
+from tf_dp.keras.backend import keras3
 
 
-def _keras2_optimizer():
-  from tf_dp.keras.backend import keras2_optimizer  # pylint: disable=g-import-not-at-top
-  return keras2_optimizer.DPOptimizerKeras2
-
-
-def _keras3_batch_norm():
-  from tf_dp.keras.backend import keras3_layers  # pylint: disable=g-import-not-at-top
-  return keras3_layers.DPBatchNormalization
-
-
-def _keras2_batch_norm():
-  from tf_dp.keras.backend import keras2_layers  # pylint: disable=g-import-not-at-top
-  return keras2_layers.DPBatchNormalization
-
-
-_OPTIMIZERS = {"keras3": _keras3_optimizer, "keras2": _keras2_optimizer}
-_BATCH_NORMS = {"keras3": _keras3_batch_norm, "keras2": _keras2_batch_norm}
+def _classes(adapter):
+  """``(DP optimizer class, DPBatchNormalization)`` of ``adapter``'s
+  flavour, imported on first use."""
+  # pylint: disable=g-import-not-at-top
+  if adapter is keras3:
+    from tf_dp.keras.backend import keras3_layers
+    from tf_dp.keras.backend import keras3_optimizer
+    return (keras3_optimizer.DPOptimizerKeras3,
+            keras3_layers.DPBatchNormalization)
+  from tf_dp.keras.backend import keras2_layers
+  from tf_dp.keras.backend import keras2_optimizer
+  return (keras2_optimizer.DPOptimizerKeras2,
+          keras2_layers.DPBatchNormalization)
 
 
 def dp_optimizer_class(adapter):
   """The class of ``tf_dp.DPOptimizer`` for the flavour of ``adapter``:
   ``DPOptimizerKeras3`` (registered as ``"tf_dp>DPOptimizerKeras3"``) or
   ``DPOptimizerKeras2`` (``"tf_dp>DPOptimizerKeras2"``)."""
-  return _OPTIMIZERS[adapter.NAME]()
+  return _classes(adapter)[0]
 
 
 def dp_batch_norm_class(adapter):
   """``DPBatchNormalization`` for the flavour of ``adapter`` (registered as
   ``"tf_dp>DPBatchNormalization"`` in that flavour's Keras)."""
-  return _BATCH_NORMS[adapter.NAME]()
+  return _classes(adapter)[1]
 
 
 def register_saved_classes():
@@ -59,7 +52,6 @@ def register_saved_classes():
   ``tf_dp.keras.layers_keras2``), so its classes stay imported on first use,
   and no Keras 2 package is imported here.
   """
-  from tf_dp.keras.backend import keras3  # pylint: disable=g-import-not-at-top
   if keras3.module() is not None:
     dp_optimizer_class(keras3)
     dp_batch_norm_class(keras3)

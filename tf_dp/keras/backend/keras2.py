@@ -223,8 +223,6 @@ def group_normalization(**kwargs):
   return module().layers.GroupNormalization(**kwargs)
 
 
-
-
 def get_optimizer(identifier):
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
