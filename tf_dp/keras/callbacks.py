@@ -174,11 +174,7 @@ class PrivacyBudget(_Callback):
   @property
   def ledger(self) -> PrivacyLedger:
     """The ledger of the model's ``tf_dp.DPOptimizer``."""
-    ledger = getattr(self.model.optimizer, "ledger", None)
-    if ledger is None:
-      raise ValueError("PrivacyBudget needs a model compiled with "
-                       "tf_dp.DPOptimizer.")
-    return ledger
+    return self._engine().ledger
 
   def _lots(self):
     return int(self.ledger.sample_count.numpy())

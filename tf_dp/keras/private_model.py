@@ -54,9 +54,8 @@ def _dp_train_step(self, data):
   # when the model adds losses.
   keras_backend.reported_loss(self, x, y, y_pred, sample_weight, penalty)
   logs = self.compute_metrics(x, y, y_pred, sample_weight)
-  for name, variable in optimizer.dp_engine.dp_metrics.items():
-    logs = dict(logs, **{f"dp_{name}": variable.read_value()})
-  return logs
+  return dict(logs, **{f"dp_{name}": variable.read_value() for name, variable
+                       in optimizer.dp_engine.dp_metrics.items()})
 
 
 def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
@@ -72,16 +71,6 @@ def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
   take = lambda t: None if t is None else tf.gather(t, rows)
   return tuple(tf.nest.map_structure(take, part)
                for part in (x, y, y_pred, sample_weight))
-
-
-def _build_on_first_batch(self, batch):
-  """Builds a model that is not built yet (a Sequential without ``Input``,
-  a subclassed model) by calling it on a few examples of what ``fit`` will
-  train on, so that the DP state is created for its variables."""
-  if self.built and self.trainable_variables:
-    return
-  if batch is not None:
-    self(batch[0], training=False)
 
 
 def _self_check(self, batch):
@@ -139,12 +128,6 @@ JIT_COMPILE_WARNING = (
     "Privacy is unaffected; for speed, compile with jit_compile=False.")
 
 
-def _warn_if_jit_compile(model):
-  """Warns when ``model`` was compiled with ``jit_compile=True``."""
-  if getattr(model, "jit_compile", False) is True:
-    warnings.warn(JIT_COMPILE_WARNING, stacklevel=3)
-
-
 def _dp_fit(self, *args, **kwargs):
   """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
@@ -163,14 +146,18 @@ def _dp_fit(self, *args, **kwargs):
         bound, examples, engine.config.gradient_accumulation_steps)
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.check_correlated_noise_fit(engine, bound, examples)
-    _warn_if_jit_compile(self)
+    if getattr(self, "jit_compile", False) is True:
+      warnings.warn(JIT_COMPILE_WARNING, stacklevel=2)
     if examples is not None:
       inferred = engine.infer_population_size(examples)
     engine.require_population_size()
   try:
     args, kwargs = _class_weights_into_lots(args, kwargs)
     batch, args, kwargs = first_batch.for_fit(self, args, kwargs)
-    _build_on_first_batch(self, batch)
+    if batch is not None and not (self.built and self.trainable_variables):
+      # A model not built yet (a Sequential without Input, a subclassed
+      # model) is built on a few examples of what fit will train on.
+      self(batch[0], training=False)
     if engine is not None and self.built and self.trainable_variables:
       # The DP state exists before Keras traces the train step: a trace
       # that creates variables is traced twice.
