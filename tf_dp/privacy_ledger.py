@@ -273,11 +273,9 @@ class PrivacyLedger(tf.Module):
       with tf.control_dependencies([self._dropped_samples.assign_add(1)]):
         return tf.constant(False)
 
-    if correlated is not None:
-      with tf.control_dependencies([self.correlated_noise.record_sample(
-          correlated)]):
-        return tf.cond(fits, write, drop)
-    return tf.cond(fits, write, drop)
+    with tf.control_dependencies([] if correlated is None else [
+        self.correlated_noise.record_sample(correlated)]):
+      return tf.cond(fits, write, drop)
 
   def attach_correlated_noise(self, ledger: Any) -> None:
     """Records the ``CorrelatedNoiseEvent``s of the samples in ``ledger``
@@ -315,14 +313,11 @@ class PrivacyLedger(tf.Module):
     return rest, leaves[0]
 
   def _variables_by_key(self):
-    return {"population_size": self.population_size,
-            "sampling_probability": self.sampling_probability,
-            "examples_per_record": self.examples_per_record,
-            "sampling_code": self._sampling_code,
-            "sample_count": self._sample_count,
-            "query_count": self._query_count,
-            "dropped_samples": self._dropped_samples,
-            "samples": self._samples, "queries": self._queries}
+    return dict(zip(BUFFER_KEYS, (
+        self.population_size, self.sampling_probability,
+        self.examples_per_record, self._sampling_code, self._sample_count,
+        self._query_count, self._dropped_samples, self._samples,
+        self._queries)))
 
   def export_buffers(self) -> Dict[str, Any]:
     """The ledger's state as ``{key: numpy array}`` (eager only).
@@ -332,9 +327,8 @@ class PrivacyLedger(tf.Module):
     row each: some stores cannot hold an empty array). ``import_buffers``
     restores it; this is what a saved model or a checkpoint must keep.
     """
-    out = {}
-    for key, variable in self._variables_by_key().items():
-      out[key] = np.asarray(tf.convert_to_tensor(variable))
+    out = {key: np.asarray(tf.convert_to_tensor(variable))
+           for key, variable in self._variables_by_key().items()}
     out["samples"] = out["samples"][:max(int(out["sample_count"]), 1)]
     out["queries"] = out["queries"][:max(int(out["query_count"]), 1)]
     return out
