@@ -35,7 +35,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -92,16 +91,10 @@ def dataset(batch, seq_len):
 def compare(tune, batch, seq_len, rounds, steps, config=None):
   """Median per-step times (plain, dp) over alternating rounds."""
   import keras  # pylint: disable=g-import-not-at-top
-  from step_time import fit_step_time  # pylint: disable=g-import-not-at-top
-  data = dataset(batch, seq_len)
-  plain = build("plain", tune, seq_len, config)
-  dp = build("dp", tune, seq_len, config)
-  t_plain, t_dp = [], []
-  for i in range(rounds):
-    pair = [(plain, t_plain), (dp, t_dp)]
-    for model, out in (pair[::-1] if i % 2 else pair):
-      out.append(fit_step_time(model, data, steps, 3, keras))
-  return statistics.median(t_plain), statistics.median(t_dp)
+  from step_time import median_step_times  # pylint: disable=g-import-not-at-top
+  return median_step_times(build("plain", tune, seq_len, config),
+                           build("dp", tune, seq_len, config),
+                           dataset(batch, seq_len), rounds, steps, keras)
 
 
 def memory_child(mode, tune, batch, seq_len):

@@ -108,52 +108,39 @@ def _dataset(kind, batch):
   return tf.data.Dataset.from_tensors((x, y)).repeat().prefetch(2)
 
 
-class _EpochTimer:
-  """A Keras callback (built lazily for the model's flavour) timing epochs."""
-
-  @staticmethod
-  def make(keras):
-    class Timer(keras.callbacks.Callback):
-
-      def __init__(self):
-        super().__init__()
-        self.times = []
-
-      def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
-
-      def on_epoch_end(self, epoch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
-    return Timer()
-
-
 def fit_step_time(model, data, steps, epochs, keras=None):
   """Seconds per step of ``model.fit``: best epoch after the first
   (``keras``: the model's Keras module; by default its class's package)."""
   keras = keras or sys.modules[type(model).__module__.split(".")[0]]
-  timer = _EpochTimer.make(keras)
+  starts, times = [], []
+  timer = keras.callbacks.LambdaCallback(
+      on_epoch_begin=lambda epoch, logs: starts.append(time.perf_counter()),
+      on_epoch_end=lambda epoch, logs: times.append(
+          time.perf_counter() - starts[-1]))
   model.fit(data, steps_per_epoch=steps, epochs=epochs, verbose=0, shuffle=False,
             callbacks=[timer])
-  return min(timer.times[1:]) / steps
+  return min(times[1:]) / steps
+
+
+def median_step_times(plain, dp, data, rounds, steps, keras=None):
+  """Median per-step fit times (plain, dp) over ``rounds`` rounds (each
+  round's time is its best epoch); which side runs first alternates, so
+  that load changes hit both."""
+  t_plain, t_dp = [], []
+  for i in range(rounds):
+    pair = [(plain, t_plain), (dp, t_dp)]
+    for model, out in (pair[::-1] if i % 2 else pair):
+      out.append(fit_step_time(model, data, steps, 3, keras))
+  return statistics.median(t_plain), statistics.median(t_dp)
 
 
 def compare(kind, batch, jit, rounds, steps=10, method="auto",
             stack="keras3"):
   """Median per-step fit times (plain, dp) over ``rounds`` alternating
-  rounds (each round's time is its best epoch)."""
-  data = _dataset(kind, batch)
-  plain = make_model("plain", kind, jit, stack)
-  dp = make_model("dp", kind, jit, stack, method)
-  t_plain, t_dp = [], []
-  for i in range(rounds):
-    # Alternate which side runs first, so that load changes hit both.
-    if i % 2:
-      t_dp.append(fit_step_time(dp, data, steps, 3))
-      t_plain.append(fit_step_time(plain, data, steps, 3))
-    else:
-      t_plain.append(fit_step_time(plain, data, steps, 3))
-      t_dp.append(fit_step_time(dp, data, steps, 3))
-  return statistics.median(t_plain), statistics.median(t_dp)
+  rounds (``median_step_times``)."""
+  return median_step_times(make_model("plain", kind, jit, stack),
+                           make_model("dp", kind, jit, stack, method),
+                           _dataset(kind, batch), rounds, steps)
 
 
 def _status_kib(field):
