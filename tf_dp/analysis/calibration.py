@@ -70,11 +70,10 @@ def compute_noise_multiplier(n: int, batch_size: int, target_epsilon: float,
                                         allow_zero=False)
   tolerance = checks.check_tolerance("tolerance", tolerance)
   eps = _epsilon_fn(n, delta, sampling, conversion, accountant)
-  lo, hi = search.monotone_boundary(
+  _, hi = search.monotone_boundary(
       lambda z: eps(batch_size, z, epochs) > target_epsilon,
       start=0.0, limit=MAX_NOISE_MULTIPLIER, integer=False,
       tolerance=tolerance)
-  del lo
   if hi is None:
     raise ValueError(
         f"target_epsilon={target_epsilon} cannot be reached with "

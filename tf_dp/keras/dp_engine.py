@@ -298,7 +298,6 @@ class DPEngine(lot_engine.LotEngine):
       updates.append(layer.update_statistics(stats["mean"],
                                              stats["variance"]))
     if METRICS in result:
-      noisy = result[METRICS]
-      updates.append(self.dp_metrics["accuracy"].assign(noisy["accuracy"]))
-      updates.append(self.dp_metrics["count"].assign(noisy["count"]))
+      updates += [variable.assign(result[METRICS][name])
+                  for name, variable in self.dp_metrics.items()]
     return updates

@@ -73,10 +73,6 @@ def _dense(t):
   return np.asarray(tf.convert_to_tensor(t))
 
 
-def _is_model(layer):
-  return hasattr(layer, "layers") and hasattr(layer, "compile")
-
-
 def _draws_repeater(model):
   """A function ``repeat(fn)`` that runs ``fn`` with the random draws of the
   first run, and ``restore()`` that leaves the model as it was found.
@@ -116,7 +112,7 @@ def _draws_repeater(model):
 def _per_example_grads_and_outputs(model, loss_fn, x, y, w):
   """Jacobian of the per-example losses from one batched pass, and every
   layer's output, in call order."""
-  layers = [l for l in model_checks.all_layers(model) if not _is_model(l)]
+  layers = [l for l in model_checks.all_layers(model) if not fast_clipping.is_model(l)]
   variables = model.trainable_variables
   with taps_lib.TapSession(layers, {}) as session:
     with tf.GradientTape(persistent=True) as tape:

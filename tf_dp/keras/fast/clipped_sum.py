@@ -47,12 +47,13 @@ _ROWS_CHECKED: "weakref.WeakKeyDictionary[Any, Dict[Any, Any]]" = (
     weakref.WeakKeyDictionary())
 
 
-def _is_model(layer):
+def is_model(layer):
+  """Whether ``layer`` is a Keras model (it has layers and compiles)."""
   return hasattr(layer, "layers") and hasattr(layer, "compile")
 
 
 def _sublayers(layer):
-  if _is_model(layer):
+  if is_model(layer):
     return layer.layers
   return backend.for_object(layer).sublayers(layer)
 
@@ -76,7 +77,7 @@ def _tapped_through_sublayers(layer, trainable):
   """Models, registered composites, and layers without a rule whose
   trainable variables all belong to sublayers (transformer blocks,
   MultiHeadAttention and its subclasses): whatever class they are."""
-  if _is_model(layer) or rules_lib.is_composite(layer):
+  if is_model(layer) or rules_lib.is_composite(layer):
     return True
   # A recurrent layer calls its cell inside a loop: no tap outside it.
   return (rules_lib.rule_for(layer) is None and not hasattr(layer, "cell")
@@ -170,7 +171,7 @@ def clipping_plan(model: Any) -> List[Tuple[str, str, str]]:
   trainable = _trainable_ids(model)
   covered = _covered_by_units(model)
   for layer in model_checks.all_layers(model):
-    if _is_model(layer):
+    if is_model(layer):
       continue
     if not trainable_of(layer, trainable):
       path = "no trainable variables"
