@@ -104,14 +104,13 @@ class CorrelatedNoiseLedger(tf.Module):
     """Steps recorded so far (int64 tensor)."""
     return self.steps_run.read_value()
 
-  def record_sample(self, event: Any, sampling_event: Any = None) -> tf.Tensor:
+  def record_sample(self, event: Any) -> tf.Tensor:
     """Records one released step (graph-safe); returns True.
 
     ``event`` is the ``CorrelatedNoiseEvent`` of the step (or a structure
-    holding exactly one, beside ``NoOpEvent``s); ``sampling_event`` is
-    ignored: the record's privacy never comes from sampling.
+    holding exactly one, beside ``NoOpEvent``s); no sampling event is
+    recorded: the record's privacy never comes from sampling.
     """
-    del sampling_event
     found = [e for e in tf.nest.flatten(event)
              if isinstance(e, events_lib.CorrelatedNoiseEvent)]
     if len(found) != 1:
