@@ -121,14 +121,11 @@ class QuantileEstimatorQuery(dp_query.DPQuery):
                           sample_state_2: Nest) -> Nest:
     return sample_state_1 + sample_state_2
 
-  def _below_fraction(self, sample_state, global_state):
-    noised = self._noise.add(sample_state, global_state.below_estimate_stddev,
-                             global_state.noise_nonce)
-    return noised / self._expected + 0.5
-
   def get_noised_result(self, sample_state: Nest,
                         global_state: Nest) -> Tuple[Nest, Nest, Nest]:
-    fraction = self._below_fraction(sample_state, global_state)
+    noised = self._noise.add(sample_state, global_state.below_estimate_stddev,
+                             global_state.noise_nonce)
+    fraction = noised / self._expected + 0.5
     estimate = updated_estimate(global_state.estimate, fraction, self._target,
                                 self._lr, self._geometric)
     new_state = global_state._replace(

@@ -27,12 +27,6 @@ from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
-def _resolve_inner(optimizer):
-  if isinstance(optimizer, str):
-    return backend.default().get_optimizer(optimizer)
-  return optimizer
-
-
 class _DPOptimizerType(type):
   """``isinstance(x, DPOptimizer)`` holds for the DP optimizer of every
   Keras flavour (they subclass their flavour's ``Optimizer`` base, so they
@@ -167,7 +161,8 @@ class DPOptimizer(metaclass=_DPOptimizerType):
               max_examples_per_user: Optional[int] = None,
               name: Optional[str] = None) -> Any:
     del cls  # Returns the optimizer of the wrapped optimizer's flavour.
-    inner = _resolve_inner(optimizer)
+    inner = (backend.default().get_optimizer(optimizer)
+             if isinstance(optimizer, str) else optimizer)
     cfg = config_lib.DPConfig(
         l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
         num_microbatches=num_microbatches,

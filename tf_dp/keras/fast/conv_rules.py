@@ -266,13 +266,6 @@ def _depthwise_rows(layer, kernel, x, g, records):
   return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
 
-def _depthwise_kernel(layer):
-  """Keras 3 names the depthwise kernel ``kernel``, Keras 2
-  ``depthwise_kernel`` (SeparableConv2D: ``depthwise_kernel`` in both)."""
-  kernel = getattr(layer, "depthwise_kernel", None)
-  return layer.kernel if kernel is None else kernel
-
-
 def _depthwise(layer, kernel, x):
   return tf.nn.depthwise_conv2d(x, kernel, [1] + list(layer.strides) + [1],
                                 _padding(layer),
@@ -301,7 +294,10 @@ class DepthwiseConv2DRule(linear.LinearRule):
     return super().supports(layer) and _depthwise_supported(layer)
 
   def kernel(self, layer):
-    return _depthwise_kernel(layer)
+    """Keras 3 names the depthwise kernel ``kernel``, Keras 2
+    ``depthwise_kernel``."""
+    kernel = getattr(layer, "depthwise_kernel", None)
+    return layer.kernel if kernel is None else kernel
 
   def kernel_rows(self, layer, x, g, records):
     return _depthwise_rows(layer, self.kernel(layer), x, g, records)

@@ -38,10 +38,6 @@ from tf_dp.keras.fast import taps as taps_lib
 _CONV = conv_rules.ConvRule()
 
 
-def _all_trainable(variables):
-  return all(v.trainable for v in variables)
-
-
 class ViTPatchingAndEmbeddingRule:
   """keras_hub's ``ViTPatchingAndEmbedding`` (channels_last, patches that
   tile the image: stride equal to the kernel size, valid padding; a class
@@ -71,8 +67,8 @@ class ViTPatchingAndEmbeddingRule:
     return None
 
   def _trains_conv(self, layer):
-    return layer.patch_embedding.trainable and _all_trainable(
-        _CONV.variables(layer.patch_embedding))
+    return layer.patch_embedding.trainable and all(
+        v.trainable for v in _CONV.variables(layer.patch_embedding))
 
   def _trains_table(self, layer):
     table = layer.position_embedding

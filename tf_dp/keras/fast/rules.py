@@ -135,19 +135,14 @@ def rule_for(layer):
   return None
 
 
-def dense_specs(x_rank):
-  """``(inp, ker, out)`` letters of Dense as an einsum for an input of
-  rank ``x_rank`` (leading axes are positions)."""
-  letters = "abcdefghij"[:x_rank or 2]
-  return letters, letters[-1] + "z", letters[:-1] + "z"
-
-
 class DenseRule(einsum_rule.LoraMixin, linear.LinearRule):
   """keras.layers.Dense (any input rank: leading axes are positions), with
   or without LoRA."""
 
   def lora_specs_for(self, layer, x_rank):
-    return dense_specs(x_rank)
+    # Dense as an einsum (inp, ker, out) for an input of rank x_rank.
+    letters = "abcdefghij"[:x_rank or 2]
+    return letters, letters[-1] + "z", letters[:-1] + "z"
 
   def kernel_rows(self, layer, x, g, records):
     return linear.per_record(x, records), linear.per_record(g, records)
