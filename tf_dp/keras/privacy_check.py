@@ -112,7 +112,8 @@ def _draws_repeater(model):
 def _per_example_grads_and_outputs(model, loss_fn, x, y, w):
   """Jacobian of the per-example losses from one batched pass, and every
   layer's output, in call order."""
-  layers = [l for l in model_checks.all_layers(model) if not fast_clipping.is_model(l)]
+  layers = [l for l in model_checks.all_layers(model)
+            if not fast_clipping.is_model(l)]
   variables = model.trainable_variables
   with taps_lib.TapSession(layers, {}) as session:
     with tf.GradientTape(persistent=True) as tape:
