@@ -118,19 +118,57 @@ def test_one_channel_norms_in_chunks_equal_patch_norms(K, records):
     np.testing.assert_allclose(direct, np.sum(per_record ** 2, 1), rtol=1e-4)
 
 
-def test_strided_block_patches_equal_extract_patches():
-  # Each patch holds the same values as ExtractImagePatches' (the feature
-  # order within a patch may differ; norms do not depend on it).
+def test_patches_are_extract_patches_in_kernel_order():
+  # Every method of _patches (one-hot convolution up to 128 features,
+  # strided blocks above, ExtractImagePatches when dilated) gives the rows
+  # of ExtractImagePatches exactly, in the kernel's order: a^T g is laid
+  # out as the kernel's gradient.
   from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
-  for shape, ks, st, padding in [((2, 28, 28, 1), [8, 8], [2, 2], "SAME"),
-                                 ((2, 13, 13, 16), [4, 4], [2, 2], "VALID"),
-                                 ((2, 9, 8, 3), [3, 3], [1, 1], "SAME"),
-                                 ((2, 15, 14, 2), [5, 3], [3, 2], "VALID"),
-                                 ((2, 15, 14, 2), [5, 3], [2, 1], "SAME")]:
+  for shape, ks, st, dl, padding in [
+      ((2, 28, 28, 1), [8, 8], [2, 2], [1, 1], "SAME"),  # one-hot
+      ((2, 9, 8, 3), [3, 3], [1, 1], [1, 1], "SAME"),  # one-hot
+      ((2, 13, 13, 16), [4, 4], [2, 2], [1, 1], "VALID"),  # blocks
+      ((2, 15, 14, 10), [5, 3], [3, 2], [1, 1], "VALID"),  # blocks
+      ((2, 15, 14, 10), [5, 3], [2, 1], [1, 1], "SAME"),  # blocks
+      ((2, 12, 12, 9), [4, 4], [3, 3], [1, 1], "SAME"),  # blocks
+      ((2, 12, 11, 9), [4, 4], [1, 1], [2, 1], "SAME")]:  # dilated
     x = tf.constant(rng.normal(size=shape).astype("float32"))
-    got = conv_rules._strided_block_patches(x, ks, st, padding).numpy()  # pylint: disable=protected-access
+    got = conv_rules._patches(x, ks, st, dl, padding).numpy()  # pylint: disable=protected-access
     want = tf.image.extract_patches(x, [1] + ks + [1], [1] + st + [1],
-                                    [1, 1, 1, 1], padding).numpy()
-    assert got.shape == want.shape, (shape, ks, st, padding)
-    np.testing.assert_array_equal(np.sort(got, -1), np.sort(want, -1))
+                                    [1] + dl + [1], padding).numpy()
+    np.testing.assert_array_equal(got, want.reshape(got.shape))
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("records", [6, 3])
+def test_materialised_gradients_are_kept_in_the_kernels_layout(K, records):
+  # An ungrouped convolution whose per-record gradients are cheaper
+  # materialised than ghost (one-hot and strided-block patches) keeps them
+  # for the clipped sum: each equals the record's gradient from a loop,
+  # laid out as the kernel, and its squared norm is at least the exact one.
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(2)
+  for layer, shape in [(K.layers.Conv2D(4, (4, 5), strides=(3, 2)),
+                        (8, 9, 10)),
+                       (K.layers.Conv2D(3, 3, padding="same"), (5, 6, 3)),
+                       (K.layers.Conv1D(3, 2, strides=2), (9, 4))]:
+    x = tf.constant(rng.normal(size=(6,) + shape).astype("float32"))
+    out = layer(x)
+    g = tf.constant(rng.normal(size=out.shape).astype("float32"))
+    sq_norms, grads = conv_rules.ConvRule().kernel_norms_and_grads(
+        layer, x, g, records)
+    assert grads is not None, layer.name
+    want = []
+    for i in range(6):
+      with tf.GradientTape() as tape:
+        z = tf.reduce_sum(layer(x[i:i + 1]) * g[i:i + 1])
+      want.append(tape.gradient(z, layer.kernel).numpy())
+    want = np.asarray(want).reshape((records, 6 // records)
+                                    + tuple(layer.kernel.shape)).sum(1)
+    np.testing.assert_allclose(
+        grads.numpy().reshape(want.shape), want, rtol=1e-4, atol=1e-5)
+    exact = np.sum(np.square(grads.numpy().astype(np.float64)).reshape(
+        records, -1), 1)
+    assert np.all(sq_norms.numpy() >= exact)
+    np.testing.assert_allclose(sq_norms, exact, rtol=1e-5)

@@ -3,9 +3,10 @@ DepthwiseConv2D, SeparableConv2D and Conv2DTranspose.
 
 Norms: image patches give each record's rows ``a`` (``linear.py``); the
 ghost norm or the materialised gradient is taken per layer. Clipped sums:
-the kernel gradient op TensorFlow uses for the layer (Conv2DBackpropFilter
-and friends) applied to the per-record scaled output gradients, so no
-patches are formed for the sum.
+where a record's gradient was materialised (an ungrouped convolution), the
+scaled sum of those gradients; otherwise the kernel gradient op TensorFlow
+uses for the layer (Conv2DBackpropFilter and friends) applied to the
+per-record scaled output gradients, so no patches are formed for the sum.
 """
 
 import tensorflow as tf
@@ -44,11 +45,9 @@ ONE_HOT_PATCHES_MAX_FEATURES = 128
 def _patches(x, ks, st, dl, padding):
   """[B, *spatial, C] -> [B, T, F] with F = prod(ks) * C.
 
-  Each row holds the input values under one kernel position, with the
-  channel innermost (F = [kernel offsets, C]); the order of the kernel
-  offsets depends on the method, which is immaterial to the rules: they
-  use a row only through inner products with other rows or as the left
-  factor of ``a^T g``, whose squared norm does not depend on it.
+  Each row holds the input values under one kernel position in the
+  kernel's order (F = [*kernel offsets, C], row-major, channel innermost),
+  whatever the method: ``a^T g`` is laid out as the kernel's gradient.
   """
   features = x.shape[-1]
   for k in ks:
@@ -90,9 +89,10 @@ def _strided_block_patches(x, ks, st, padding):
   With kernel offset ``(s qi + ri, s qj + rj)`` for stride ``s``, the
   input under it at output ``(i, j)`` is ``x[s (i + qi) + ri, s (j + qj) +
   rj]``: element ``(i + qi, j + qj, ri, rj)`` of ``x`` reshaped into
-  ``s x s`` blocks. So each block offset ``(qi, qj)`` contributes one
-  contiguous slice of the blocked input, and the patches are their
-  concatenation: ``[B, out_h, out_w, kh * kw * C]``.
+  ``s x s`` blocks. So each kernel row ``s qi + ri`` and block column
+  ``qj`` contribute one slice of the blocked input (kernel columns ``s qj``
+  to ``s qj + s - 1``, channels innermost), and the patches are their
+  concatenation in kernel order: ``[B, out_h, out_w, kh * kw * C]``.
   """
   (kh, kw), (sh, sw), channels = ks, st, x.shape[-1]
   out_h, top, bottom = _window(x.shape[1], kh, sh, padding)
@@ -109,11 +109,12 @@ def _strided_block_patches(x, ks, st, padding):
   else:
     blocks = tf.reshape(blocks, [-1, rows, cols, 1, 1, channels])
   parts = []
-  for qi in range(-(-kh // sh)):
+  for di in range(kh):
+    qi, ri = divmod(di, sh)
     for qj in range(-(-kw // sw)):
-      ri, rj = min(sh, kh - sh * qi), min(sw, kw - sw * qj)
-      part = blocks[:, qi:qi + out_h, qj:qj + out_w, :ri, :rj, :]
-      parts.append(tf.reshape(part, [-1, out_h, out_w, ri * rj * channels]))
+      rj = min(sw, kw - sw * qj)
+      part = blocks[:, qi:qi + out_h, qj:qj + out_w, ri, :rj, :]
+      parts.append(tf.reshape(part, [-1, out_h, out_w, rj * channels]))
   return tf.concat(parts, -1) if len(parts) > 1 else parts[0]
 
 
@@ -201,7 +202,14 @@ class ConvRule(linear.LinearRule):
   def kernel_norms_and_grads(self, layer, x, g, records):
     grads = _single_channel_kernel_grads(layer, x, g)
     if grads is None:
-      return super().kernel_norms_and_grads(layer, x, g, records)
+      if getattr(layer, "groups", 1) > 1:
+        return super().kernel_norms_and_grads(layer, x, g, records)
+      a, g = self.kernel_rows(layer, x, g, records)
+      if not linear.keeps_gradients(a, g):
+        return linear.kernel_sq_norms(a, g, records), None
+      # [R, K, C]: patch rows are in the kernel's order (``_patches``).
+      grads = tf.matmul(tf.cast(a, g.dtype), g, transpose_a=True)
+      return linear.exact_sq_norms(grads), grads
     # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
     grads = tf.reshape(grads, [-1, records, tf.shape(grads)[2] // records,
                                grads.shape[-1]])

@@ -17,10 +17,12 @@ Each layer takes the cheaper one, per layer and input shape (Bu et al.
 2023, "book-keeping"). Either way the norm is certified: never below the
 norm of what the record adds to the clipped sum, for any input.
 
-The clipped sum never needs per-record gradients: it is linear in the
-output gradients, so ``sum_r s_r grad_r`` is the layer's ordinary kernel
-gradient with each record's output gradient scaled by ``s_r``, computed by
-the op TensorFlow itself would use (matmul, Conv2DBackpropFilter, ...).
+The clipped sum needs no per-record gradients: it is linear in the output
+gradients, so ``sum_r s_r grad_r`` is the layer's ordinary kernel gradient
+with each record's output gradient scaled by ``s_r``, computed by the op
+TensorFlow itself would use (matmul, Conv2DBackpropFilter, ...). A rule
+that materialised the per-record gradients for their norms may form the
+sum from them instead (``keeps_gradients``).
 
 Only rank-3 matmuls are built (TF 2.21's oneDNN corrupts some rank-4 x
 rank-2 matmuls: see the shared TF facts).
@@ -272,6 +274,17 @@ def materialised_sq_bound(grads, mass, positions):
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32)))
   norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
   return tf.square(norm)
+
+
+def keeps_gradients(a, g):
+  """True if the per-record gradients ``A_r^T G_r`` of one-group rows ``a``
+  ``[R, T, K]`` and ``g`` ``[R, T, C]`` (T > 1) are cheaper to materialise
+  than their ghost norms (``use_ghost``). A rule then keeps them for the
+  clipped sum, ``sum_r s_r grad_r``: a product with the scales instead of
+  a second kernel-gradient op over the batch, with norms of exactly what
+  each record adds (``exact_sq_norms``). They are then no larger than
+  twice the rows (``K C < 2 T (K + C)``), which the rule forms anyway."""
+  return a.shape[1] != 1 and not use_ghost(a, g)
 
 
 def kernel_sq_norms(a, g, records, input_error=None):
