@@ -146,7 +146,9 @@ def test_materialised_gradients_are_kept_in_the_kernels_layout(K, records):
   # An ungrouped convolution whose per-record gradients are cheaper
   # materialised than ghost (one-hot and strided-block patches) keeps them
   # for the clipped sum: each equals the record's gradient from a loop,
-  # laid out as the kernel, and its squared norm is at least the exact one.
+  # laid out as the kernel, and its squared norm is at least that of the
+  # kept gradient, raised by the rounding bounds only (on random data
+  # about 2 (gamma_2(K+C+4) + gamma_T U / norm): below 2e-4 here).
   from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(2)
   for layer, shape in [(K.layers.Conv2D(4, (4, 5), strides=(3, 2)),
@@ -171,4 +173,4 @@ def test_materialised_gradients_are_kept_in_the_kernels_layout(K, records):
     exact = np.sum(np.square(grads.numpy().astype(np.float64)).reshape(
         records, -1), 1)
     assert np.all(sq_norms.numpy() >= exact)
-    np.testing.assert_allclose(sq_norms, exact, rtol=1e-5)
+    np.testing.assert_allclose(sq_norms, exact, rtol=2e-4)

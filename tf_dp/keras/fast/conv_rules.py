@@ -208,8 +208,7 @@ class ConvRule(linear.LinearRule):
       if not linear.keeps_gradients(a, g):
         return linear.kernel_sq_norms(a, g, records), None
       # [R, K, C]: patch rows are in the kernel's order (``_patches``).
-      grads = tf.matmul(tf.cast(a, g.dtype), g, transpose_a=True)
-      return linear.exact_sq_norms(grads), grads
+      return linear.kept_gradients(a, g)
     # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
     grads = tf.reshape(grads, [-1, records, tf.shape(grads)[2] // records,
                                grads.shape[-1]])

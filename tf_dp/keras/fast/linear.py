@@ -266,10 +266,12 @@ def materialised_sq_bound(grads, mass, positions):
 
   The sum of squares runs in float32 in two stages (over C, then K), so its
   rounding is within ``gamma_{K + C}`` of it, whatever the order inside a
-  stage.
+  stage. The bound is also above the squared norm of ``grads`` itself.
   """
   sq = tf.reduce_sum(tf.reduce_sum(tf.square(grads), 2), 1)
-  terms = tf.shape(grads)[1] + tf.shape(grads)[2] + 4
+  # computed = exact (1 + e) with |e| <= gamma_n, n = K + C + 4, so exact
+  # <= computed / (1 - gamma_n) <= computed (1 + gamma_2n).
+  terms = 2 * (tf.shape(grads)[1] + tf.shape(grads)[2] + 4)
   norm = tf.sqrt(tf.cast(sq, tf.float64) * (
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32)))
   norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
@@ -280,11 +282,22 @@ def keeps_gradients(a, g):
   """True if the per-record gradients ``A_r^T G_r`` of one-group rows ``a``
   ``[R, T, K]`` and ``g`` ``[R, T, C]`` (T > 1) are cheaper to materialise
   than their ghost norms (``use_ghost``). A rule then keeps them for the
-  clipped sum, ``sum_r s_r grad_r``: a product with the scales instead of
-  a second kernel-gradient op over the batch, with norms of exactly what
-  each record adds (``exact_sq_norms``). They are then no larger than
-  twice the rows (``K C < 2 T (K + C)``), which the rule forms anyway."""
+  clipped sum (``kept_gradients``). They are no larger than twice the rows
+  (``K C < 2 T (K + C)``), which the rule forms anyway."""
   return a.shape[1] != 1 and not use_ghost(a, g)
+
+
+def kept_gradients(a, g):
+  """``([R] squared norms, [R, K, C] gradients)`` for one-group rows ``a``
+  ``[R, T, K]``, ``g`` ``[R, T, C]``: the float32 per-record gradients,
+  for a clipped sum ``sum_r s_r grad_r`` (a product with the scales
+  instead of a second kernel-gradient op over the batch), and norms that
+  bound both what each record then adds (the float32 gradient) and its
+  exact gradient (``materialised_sq_bound``)."""
+  a = tf.cast(a, g.dtype)
+  grads = tf.matmul(a, g, transpose_a=True)
+  bound = materialised_sq_bound(grads, position_mass(a, g), tf.shape(a)[1])
+  return float32_upper_bound(bound), grads
 
 
 def kernel_sq_norms(a, g, records, input_error=None):
