@@ -135,3 +135,39 @@ def test_with_class_weights_refuses_what_it_cannot_weight():
     lots.with_class_weights(two_outputs, {0: 2.0})
   with pytest.raises(ValueError, match="class_weight must hold weights >= 0"):
     lots.with_class_weights(_weighted_lots(Y, Y * 0.0), {0: -1.0})
+
+
+def test_a_lots_draws_are_distinct():
+  """The draws a sampler ranks (fixed-size lots take the top k, user lots
+  order each user's examples by them) hold no two equal values: a tie
+  would be broken by position, favouring low indices, and the subset would
+  not be uniform. 2^18 draws of 64 bits tie with probability n^2 / 2^65 <
+  2e-9 (float32 uniforms, 2^23 values, tie about 4000 times)."""
+  n = 2 ** 18
+  rows = np.arange(n, dtype=np.int64)
+
+  def choose(draws):
+    # The lot is the one row whose index is the number of distinct draws
+    # less one: n - 1 exactly when no two draws are equal.
+    distinct = tf.size(tf.unique(draws).y)
+    return tf.cast(distinct - 1, tf.int64)[None], None
+
+  data = lots.lot_dataset(rows[:, None], rows, 3, seed=4, batches_per_lot=1,
+                          choose=choose, stream=1, sampling="fixed_size")
+  assert [int(y.numpy()[0]) for _, y in data] == [n - 1] * 3
+
+
+@pytest.mark.parametrize("q", [1.0, 0.5, 0.3, 1e-8, 2.0 ** -70])
+def test_included_takes_floor_q_2_64_of_the_words(q):
+  """The words below the threshold are exactly the first floor(q 2^64) of
+  the 2^64 (from -2^63 up): the probability of inclusion is in
+  (q - 2^-64, q], never above the q the ledger records."""
+  from fractions import Fraction  # pylint: disable=g-import-not-at-top
+  count = int(Fraction(q) * 2 ** 64)
+  assert count <= Fraction(q) * 2 ** 64 < count + 1
+  lowest, highest = -2 ** 63, 2 ** 63 - 1
+  words = [lowest, highest, lowest + count - 1, lowest + count]
+  words = [w for w in words if lowest <= w <= highest]
+  got = lots.included(tf.constant(words, tf.int64), q).numpy().tolist()
+  assert got == [w < lowest + count for w in words]
+  assert got[0] == (count > 0) and got[1] == (q == 1.0)

@@ -49,3 +49,15 @@ def test_sampling_is_unpredictable_by_default():
 def test_invalid_probability():
   with pytest.raises(ValueError, match="sampling_probability"):
     poisson_sampled_batches(np.zeros((10, 1)), np.zeros(10), 0.0, 1)
+
+
+def test_a_small_probability_is_not_rounded_up():
+  """Each example is in a lot with probability at most q, also for a q far
+  below 2^-23 (the spacing of float32 uniforms, which would include it with
+  probability 2^-23). 2^19 examples, q = 1e-14, 128 lots: some example is
+  included with probability at most 2^26 q < 7e-7, while a probability of
+  2^-23 would include 8 on average (none with probability e^-8 < 4e-4)."""
+  n, q = 2 ** 19, 1e-14
+  data = poisson_sampled_batches(np.zeros((n, 1), np.float32),
+                                 np.zeros(n, np.int64), q, 128, seed=5)
+  assert sum(int(w.numpy().sum()) for _, _, w in data) == 0

@@ -1,10 +1,19 @@
 """What the lot samplers share: fresh lot seeds, gathering and splitting,
 and the mark that says how a dataset's lots were drawn.
 
-A sampler chooses, from ``n`` uniforms drawn for a lot, the rows of the lot
-(and optionally a weight per row); this module draws the uniforms from a
+A sampler chooses, from ``n`` random words drawn for a lot, the rows of the
+lot (and optionally a weight per row); this module draws the words from a
 per-lot seed that is fresh on every iteration of the dataset, gathers the
 rows and splits the lot into ``batches_per_lot`` batches of equal size.
+
+The words are int64, uniform over all 2^64 values, not float32 uniforms:
+those take only 2^23 values, so ``u < q`` would include an example with
+probability ``ceil(q 2^23) / 2^23``, above the q the ledger records (up to
+8 times q = 1e-6, and 2^-23 for every smaller q), and a rank of n float32
+draws ties about ``n^2 / 2^24`` times (a tie is broken by position, so a
+fixed-size lot would favour low indices). A word is below ``included``'s
+threshold with probability in ``(q - 2^-64, q]``, and n words tie with
+probability below ``n^2 / 2^65`` (2e-9 for a million).
 
 The dataset a sampler returns carries a ``DeclaredSampling`` (read with
 ``declared_sampling``); ``declare_sampling`` puts one on a dataset of the
@@ -14,6 +23,8 @@ fixed-size lots only through this mark. A dataset derived from a marked one
 """
 
 import dataclasses
+import fractions
+import math
 import os
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -220,6 +231,19 @@ def check_batches_per_lot(batches_per_lot: Any) -> int:
       " It is the DPOptimizer's gradient_accumulation_steps.")
 
 
+def included(draws: tf.Tensor, probability: float) -> tf.Tensor:
+  """Whether each of ``draws`` (int64 words, uniform over all 2^64 values)
+  puts its example in a Poisson lot of ``probability`` q: True with
+  probability ``floor(q 2^64) / 2^64``, in ``(q - 2^-64, q]``, never above
+  the q the ledger records (q itself when q 2^64 is an integer, such as
+  q = 1 or 1/2)."""
+  count = math.floor(fractions.Fraction(probability) * 2 ** 64)
+  if count == 0:
+    return tf.zeros_like(draws, tf.bool)
+  # Words run from -2^63; the first ``count`` of them are included.
+  return draws <= tf.constant(-2 ** 63 + count - 1, tf.int64)
+
+
 def lot_dataset(
     x: Any, y: Any, num_lots: int, seed: Optional[int], batches_per_lot: int,
     choose: Callable[[tf.Tensor], Tuple[tf.Tensor, Optional[tf.Tensor]]],
@@ -235,8 +259,11 @@ def lot_dataset(
     num_lots: Number of lots.
     seed: None (OS entropy) or an int for reproducible tests.
     batches_per_lot: Batches each lot is split into.
-    choose: ``f(uniforms [num_draws]) -> (row indices, weights or None)``;
-      the number of rows must be a multiple of ``batches_per_lot``.
+    choose: ``f(draws [num_draws]) -> (row indices, weights or None)``;
+      the number of rows must be a multiple of ``batches_per_lot``. The
+      draws are independent int64 words, uniform over all 2^64 values: a
+      chooser ranks them (``tf.math.top_k``, ``tf.argsort``) or compares
+      them with ``included``'s threshold.
     stream: An int that separates the samplers' random streams.
     sampling: What ``choose`` draws: ``"poisson"`` or ``"fixed_size"``.
     sampling_probability: q of Poisson lots.
@@ -252,7 +279,9 @@ def lot_dataset(
 
   def sample(lot_seed):
     draws = tf.random.stateless_uniform(
-        [num_draws or n], seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]))
+        [num_draws or n],
+        seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]),
+        minval=None, maxval=None, dtype=tf.int64)
     index, weight = choose(draws)
     split = lambda t: tf.reshape(t, tf.concat(
         [[batches_per_lot, -1], tf.shape(t)[1:]], 0))

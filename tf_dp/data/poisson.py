@@ -37,7 +37,8 @@ def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
   """A dataset of ``num_steps`` Poisson lots, as ``(x, y, weight)`` batches.
 
   Privacy contract: every example is in each lot independently with
-  probability ``sampling_probability``; lots are independent, also across
+  probability ``sampling_probability`` (exactly ``floor(q 2^64) / 2^64``:
+  never above q, less by under 2^-64; ``tf_dp.data.lots.included``); lots are independent, also across
   re-iterations of the dataset (each iteration draws fresh lots). A lot is
   one Poisson draw, split into ``batches_per_lot`` consecutive batches of
   equal padded size (for ``DPOptimizer(gradient_accumulation_steps=
@@ -72,7 +73,7 @@ def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
   lot_rows = per_batch * batches_per_lot
 
   def choose(draws):
-    chosen = tf.where(draws < sampling_probability)[:, 0]
+    chosen = tf.where(lots.included(draws, sampling_probability))[:, 0]
     size = tf.shape(chosen)[0]
     tf.debugging.assert_less_equal(
         size, lot_rows, message=(

@@ -55,9 +55,10 @@ def _chooser(user_index, users, k, lot_users, pick_users):
   """``choose(draws)`` for ``lots.lot_dataset``: ``lot_users`` blocks of k
   rows, the users ``pick_users(user_draws)`` selects in the first ones.
 
-  The draws are one uniform per user, then one per example: a user's
+  The draws are one word per user, then one per example: a user's
   examples are ranked by their draws (a uniformly random order, fresh per
-  lot) and the first k fill the user's block.
+  lot: the words are distinct but with probability below n^2 / 2^65) and
+  the first k fill the user's block.
   """
   n = len(user_index)
   counts = np.bincount(user_index, minlength=users)
@@ -141,7 +142,7 @@ def poisson_sampled_users(x: Any, y: Any, user_ids: Any,
   max_users = checks.check_positive_int("max_users_per_lot",
                                         max_users_per_lot)
   lot_users = math.ceil(max_users / batches_per_lot) * batches_per_lot
-  pick = lambda draws: tf.where(draws < q)[:, 0]
+  pick = lambda draws: tf.where(lots.included(draws, q))[:, 0]
   choose, num_draws = _chooser(user_index, users, k, lot_users, pick)
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
                           stream=2, sampling=Sampling.POISSON,
