@@ -111,3 +111,32 @@ def test_every_run_of_the_check_splits_the_batch(rows):
         except tf.errors.InvalidArgumentError:
           failed += 1
   assert failed == 40
+
+
+def _reads_the_next_example(features, ids, w, emb):
+  """Example 0's loss reads example 1; no other loss reads another."""
+  del ids, emb
+  h = tf.concat([features[:1] + features[1:2], features[1:]], 0)
+  return tf.square(tf.linalg.matvec(h, w) - 1.0)
+
+
+def test_one_example_reading_one_other_fails_a_quarter_of_the_runs():
+  """The rate the module docstring states: example 0 reading example 1 is
+  caught when 1 is in S and 0 is not, 4 * 4 / (8 * 7) = 2/7 of the runs
+  for b = 8. 400 runs: sd sqrt(2/7 * 5/7 / 400) = 0.023; 6 sd either side
+  is [0.15, 0.42], which excludes a check that never fails and one that
+  always does."""
+  with tf.Graph().as_default():
+    features = v1.placeholder(tf.float32, [8, 3])
+    w = tf.Variable(np.ones(3, np.float32))
+    check = record_independence.independence_assertion(
+        _reads_the_next_example(features, None, w, None), seed=3)
+    failed = 0
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      for _ in range(400):
+        try:
+          sess.run(check, {features: X})
+        except tf.errors.InvalidArgumentError:
+          failed += 1
+  assert 0.15 <= failed / 400 <= 0.42

@@ -75,7 +75,9 @@ class _DPMixin:
   ``self_check=True`` (the default) every step first checks that no
   example's loss reads another example of the batch
   (``tf_dp.estimator.record_independence``) and fails before any variable
-  or ledger change if one does.
+  or ledger change if one does: every step, for a batch statistic; with
+  probability at least 1/4 per step, for an example that reads a single
+  other example.
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,

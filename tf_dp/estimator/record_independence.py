@@ -25,6 +25,16 @@ computed on the same forward values as the step (the same dropout masks).
 On every step each pair of examples is split by ``S`` with probability
 about 1/2 (``floor(b/2) ceil(b/2) / (b (b-1) / 2)`` for a batch of ``b``).
 
+How thoroughly a step is checked: a loss in which every example reads the
+batch (a batch statistic: the mean, BatchNormalization) fails every step
+of a batch of 2 or more, since ``S`` and its complement are never empty.
+A loss in which example ``i`` reads only example ``j`` fails a step when
+``j`` is in ``S`` and ``i`` is not: with probability ``floor(b/2)
+ceil(b/2) / (b (b-1))``, at least 1/4 and independently on every step, so
+such a loss can take steps before it is refused (``k`` steps with
+probability at most ``(3/4)^k``). Check a ``model_fn`` that may read
+single other examples before training it.
+
 Privacy contract: a step whose ``max_{i not in S} |J_i|`` exceeds
 ``RELATIVE_TOLERANCE * max_i |J_i|`` fails before any variable changes (the
 update depends on the check), with a message naming the cause and the fix.
@@ -110,7 +120,10 @@ def _data_tensors(loss, constants):
 
 
 def independence_assertion(loss, seed=None):
-  """An op that fails when an example's loss reads another example.
+  """An op that fails when the loss of an example outside a random half
+  ``S`` of the batch reads an example of ``S`` (every step, for a batch
+  statistic; with probability at least 1/4 per step, for one example that
+  reads one other: see the module docstring).
 
   Args:
     loss: The per-example loss, shape ``[batch]``.
