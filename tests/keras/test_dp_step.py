@@ -97,6 +97,34 @@ def test_data_dependent_add_loss_is_refused_before_any_update(K, method):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("K", KERAS)
+def test_an_add_loss_reading_integer_ids_fails_every_check(K):
+  """The public input the check compares with zeros differs from zeros in
+  every integer entry: a loss that reads one id per example fails every
+  run of the check, not only the runs whose random ids are not all 0 (for
+  ids drawn in {0, 1}, 1/2 of them; all 20 failing: 2^-20)."""
+  from tf_dp.keras import model_checks  # pylint: disable=g-import-not-at-top
+
+  class ReadsIds(K.layers.Layer):
+
+    def call(self, ids):
+      self.add_loss(tf.reduce_mean(tf.cast(ids, tf.float32)))
+      return ids
+
+  model = K.Sequential([K.layers.Input((1,), dtype="int32"), ReadsIds(),
+                        K.layers.Embedding(4, 2), K.layers.Flatten(),
+                        K.layers.Dense(1)])
+  ids = tf.constant([[3], [1], [2], [0]], tf.int32)
+  failed = 0
+  for _ in range(20):
+    try:
+      model_checks.public_penalty(model, ids)
+    except tf.errors.InvalidArgumentError as e:
+      assert "depends on the input data" in e.message
+      failed += 1
+  assert failed == 20
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("K", KERAS)
 def test_every_update_of_the_step_waits_for_the_add_loss_check(K, method):

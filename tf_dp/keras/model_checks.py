@@ -145,11 +145,17 @@ def adds_losses(model, x):
 
 
 def _public_batch_of_one(x, draw):
+  """A batch of one shaped like ``x``: floating-point entries ``draw(shape)``;
+  integer and boolean entries 0 under ``tf.zeros`` and 1 under any other
+  ``draw`` (valid ids and masks), so that they differ from the zeros input
+  in every entry, not only where a random draw happens to (ids drawn in
+  {0, 1} would all be 0 with probability 2^-size, and the check would
+  then compare an input with itself)."""
   def one(t):
     shape = tf.concat([[1], tf.shape(t)[1:]], 0)
     if t.dtype.is_floating:
       return tf.cast(draw(shape), t.dtype)
-    return tf.cast(draw(shape) > 0, t.dtype)  # 0 and 1: valid ids, masks.
+    return tf.cast(tf.fill(shape, 0 if draw is tf.zeros else 1), t.dtype)
   return tf.nest.map_structure(one, x)
 
 
@@ -158,8 +164,9 @@ def public_penalty(model, x):
   public input, and its gradient.
 
   The input is a batch of one that holds no data (zeros); the same terms on
-  a random public input must agree, otherwise the loss depends on the data
-  and the step fails with ``DATA_DEPENDENT_LOSS_ERROR``.
+  another public input (random normal floats, integer entries 1) must
+  agree, otherwise the loss depends on the data and the step fails with
+  ``DATA_DEPENDENT_LOSS_ERROR``.
   Returns ``(penalty, gradients)``: nothing in them depends on the batch.
   Both wait for the check; a step must wait for ``penalty`` (as
   ``tf_dp.keras.dp_step.private_step`` does) for the check to come before
