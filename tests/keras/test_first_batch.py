@@ -132,3 +132,24 @@ def test_padding_rows_do_not_hide_a_mixing_layer(K):
   for a, b in zip(before, helpers.weights(model)):
     np.testing.assert_array_equal(a, b)
   assert helpers.ledger_samples(model) == []
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_lots_that_drew_nobody_do_not_skip_the_self_check(K):
+  """A sampler draws fresh lots on every iteration: that the lots the
+  self-check reads are empty says nothing about those fit trains on. With
+  seed 70, the 2 lots of q = 0.01 over 40 examples drew nobody on the
+  first iteration and 2 examples each on the second (fit's): checked on
+  the empty ones the batch-centring layer trained; the check reads lots
+  until it holds examples and refuses it."""
+  x, y = helpers.make_data("dense", N)
+  lots = tf_dp.data.poisson_sampled_batches(x, y, 0.01, 2, seed=70)
+  model = _batch_centring_model(K, sampling="poisson",
+                                sampling_probability=0.01)
+  before = helpers.weights(model)
+  with pytest.warns(UserWarning, match="seed=70"):
+    with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
+      model.fit(lots, epochs=1, verbose=0)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert helpers.ledger_samples(model) == []

@@ -8,10 +8,12 @@ generator's first batch is put back in front of it.
 """
 
 import collections.abc
+import math
 import types
 
 import tensorflow as tf
 
+from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
 from tf_dp.keras import dp_step
 from tf_dp.keras import per_example
@@ -50,7 +52,8 @@ def peek(model, args, kwargs):
   keras_backend = dp_step.converted_backend(model)
   x, y = fit_input(args, kwargs)
   if isinstance(x, tf.data.Dataset):
-    return _weighted_rows_of_dataset(keras_backend, x), args, kwargs
+    return _weighted_rows_of_dataset(
+        keras_backend, x, _lots_for_evidence(model, x)), args, kwargs
   if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
     try:
       batch = next(x)
@@ -72,46 +75,93 @@ def peek(model, args, kwargs):
                  f"cannot read a first batch without consuming it")
 
 
-def _weighted_rows_of_dataset(keras_backend, dataset, rows=8, batches=16):
+# A marked dataset's lots are read until all of them being empty has
+# probability exp(-q n lots) below this (q n: a lot's expected records).
+_EMPTY_LOTS_ODDS = 1e-9
+
+
+def _lots_for_evidence(model, dataset):
+  """How many batches of ``dataset``'s fresh lots must all hold no example
+  of positive weight before that says the dataset holds none: batches of
+  ``ceil(ln(1 / _EMPTY_LOTS_ODDS) / (q n))`` Poisson lots. None for a
+  dataset that declares no Poisson lots, or of unknown n."""
+  declared = data_lots.declared_sampling(dataset)
+  if declared is None or declared.sampling_probability is None:
+    return None
+  n = declared.population_size
+  engine = getattr(getattr(model, "optimizer", None), "dp_engine", None)
+  if n is None and engine is not None:
+    n = engine.recorded_population_size()
+  if not n:
+    return None
+  expected = declared.sampling_probability * n
+  return declared.batches_per_lot * math.ceil(
+      math.log(1 / _EMPTY_LOTS_ODDS) / expected)
+
+
+def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
+                              rows=8, batches=16, most_batches=256):
   """At least ``rows`` examples of positive weight (all a batch holds
   without weights) from the first batches of ``dataset`` (at most
-  ``batches``), as ``(x, y, sample_weight)``; None for an empty dataset.
+  ``batches``, once 2 are found), as ``(x, y, sample_weight)``; None for
+  an empty dataset.
 
-  A Poisson lot is padded with rows of weight 0 (copies of one example):
-  a check on a small first lot's padding compares examples that are equal
-  and whose gradients are zero whatever the model does, and proves
-  nothing. A Poisson or fixed-size dataset draws fresh lots when iterated,
-  so reading a few here changes none of the lots ``fit`` trains on.
+  A Poisson lot is padded with rows of weight 0 (zeros): a check on a
+  small first lot's padding compares examples that are equal and whose
+  gradients are zero whatever the model does, and proves nothing. A marked
+  dataset (``tf_dp.data.declared_sampling``) draws fresh lots each time it
+  is iterated, so reading lots here changes none of those ``fit`` trains
+  on, and lots that drew fewer than 2 examples say nothing about them:
+  such a dataset is iterated again (up to ``most_batches`` batches in all)
+  until 2 examples are found, or until ``lots_for_evidence`` batches of
+  lots held none at all (all empty, by chance, with probability below
+  ``_EMPTY_LOTS_ODDS``: the dataset holds no example of positive weight,
+  and its lots release noise only). An unmarked dataset is read once.
 
   Raises:
     _NoBatch: if those batches hold fewer than 2 such examples (unless the
       whole dataset is batches of one row, which cannot mix examples, or
       holds no example of positive weight).
   """
-  parts, first, widest = [], None, 0
-  for batch in dataset.take(batches):
-    batch = keras_backend.unpack_x_y_sample_weight(batch)
-    if batch[2] is None:
-      return batch
-    first = batch if first is None else first
-    widest = max(widest, int(per_example.batch_size(batch[0])))
-    parts.append(_positive_weight_rows(batch))
-    if sum(int(per_example.batch_size(p[0])) for p in parts) >= rows:
-      break
-  if not parts:
-    return None
-  joined = tuple(None if part is None else tf.nest.map_structure(
-      lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
-  positive = int(per_example.batch_size(joined[0]))
-  if positive < 2:
-    if len(parts) < batches and (widest < 2 or positive == 0):
-      # The whole dataset is batches of one row (none can mix examples) or
-      # holds no example of positive weight (every gradient is 0: its lots
-      # release noise only).
+  fresh = data_lots.declared_sampling(dataset) is not None
+  limit = most_batches if fresh else batches
+  parts, first, widest, read, positive = [], None, 0, 0, 0
+  while True:
+    read_before = read
+    for batch in dataset.take(limit - read):
+      batch = keras_backend.unpack_x_y_sample_weight(batch)
+      if batch[2] is None:
+        return batch
+      first = batch if first is None else first
+      read += 1
+      widest = max(widest, int(per_example.batch_size(batch[0])))
+      parts.append(_positive_weight_rows(batch))
+      positive += int(per_example.batch_size(parts[-1][0]))
+      if positive >= rows or (positive >= 2 and read >= batches):
+        return _joined(parts)
+    if positive >= 2:
+      return _joined(parts)
+    if read == read_before or read >= limit:
+      break  # An empty dataset, or the reading budget is spent.
+    # The whole dataset was read, and held fewer than 2 examples.
+    if widest < 2:
+      return first  # Batches of one row: none can mix examples.
+    if positive == 0 and (not fresh or (
+        lots_for_evidence is not None and read >= lots_for_evidence)):
+      # No example of positive weight: every gradient is 0, the lots
+      # release noise only.
       return first
-    raise _NoBatch(f"its first {len(parts)} batch(es) hold fewer than 2 "
-                   f"examples of positive weight")
-  return joined
+    if not fresh:
+      break
+  if first is None:
+    return None
+  raise _NoBatch(f"its first {read} batch(es) hold fewer than 2 "
+                 f"examples of positive weight")
+
+
+def _joined(parts):
+  return tuple(None if part is None else tf.nest.map_structure(
+      lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
 
 
 def _positive_weight_rows(batch):
