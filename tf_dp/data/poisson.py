@@ -38,8 +38,9 @@ def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
 
   Privacy contract: every example is in each lot independently with
   probability ``sampling_probability`` (exactly ``floor(q 2^64) / 2^64``:
-  never above q, less by under 2^-64; ``tf_dp.data.lots.included``); lots are independent, also across
-  re-iterations of the dataset (each iteration draws fresh lots). A lot is
+  never above q, less by under 2^-64; ``tf_dp.data.lots.included``); lots
+  are independent, also across re-iterations of the dataset (each
+  iteration draws fresh lots). A lot is
   one Poisson draw, split into ``batches_per_lot`` consecutive batches of
   equal padded size (for ``DPOptimizer(gradient_accumulation_steps=
   batches_per_lot)``): an example is in a lot at most once, and the lot is
