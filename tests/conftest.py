@@ -23,7 +23,12 @@ stack that has what it needs. Without the option every case runs.
 
 import gc
 import os
+import random
+import sys
 import zlib
+
+import numpy as np
+import pytest
 
 # The files that take longest (scripts/test_times.py over full runs of both
 # stacks), longest first. pytest-xdist's --dist loadfile hands files to the
@@ -52,6 +57,58 @@ LONGEST_FILES = (
 # which alone writes them.
 _TIMES = (None if os.environ.get("PYTEST_XDIST_WORKER")
           else os.environ.get("TF_DP_TEST_TIMES"))
+
+
+# Keras 2's backends (tf_keras, and keras 2.15's), whose thread-local
+# ``_SEED_GENERATOR.generator`` ``set_random_seed`` replaces.
+_KERAS2_BACKENDS = ("tf_keras.src.backend", "keras.src.backend")
+# Keras 3's global state: the seed ``set_random_seed`` records and the
+# global SeedGenerator it resets.
+_KERAS3_GLOBALS = ("global_random_seed", "global_seed_generator")
+
+
+def _global_random_state():
+  """Every global random state a test can set: Python's and NumPy's
+  generators, TensorFlow's global seed, Keras's seed generators."""
+  state = {"random": random.getstate(), "numpy": np.random.get_state()}
+  if "tensorflow" in sys.modules:
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    state["tensorflow"] = context.global_seed()
+  for name in _KERAS2_BACKENDS:
+    local = getattr(sys.modules.get(name), "_SEED_GENERATOR", None)
+    if local is not None:
+      state[name] = getattr(local, "generator", None)
+  global_state = sys.modules.get("keras.src.backend.common.global_state")
+  if global_state is not None:
+    state["keras"] = [global_state.get_global_attribute(a)
+                      for a in _KERAS3_GLOBALS]
+  return state
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_random_state():
+  """Puts back, after each test, the global random state it changed
+  (``tf.random.set_seed``, ``keras.utils.set_random_seed``,
+  ``np.random.seed``): otherwise a seed set by one file holds for every
+  file that runs after it in the same process, and a test's draws depend
+  on which files pytest-xdist gave its worker before."""
+  before = _global_random_state()
+  yield
+  after = _global_random_state()
+  random.setstate(before["random"])
+  np.random.set_state(before["numpy"])
+  if "tensorflow" in after and after["tensorflow"] != before.get(
+      "tensorflow"):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.random.set_seed(before.get("tensorflow"))
+  for name in _KERAS2_BACKENDS:
+    if name in after and after[name] is not before.get(name):
+      sys.modules[name]._SEED_GENERATOR.generator = before.get(name)  # pylint: disable=protected-access
+  if "keras" in after and after["keras"] != before.get("keras", [None] * 2):
+    global_state = sys.modules["keras.src.backend.common.global_state"]
+    for attribute, value in zip(_KERAS3_GLOBALS,
+                                before.get("keras", [None] * 2)):
+      global_state.set_global_attribute(attribute, value)
 
 
 def pytest_sessionfinish(session):
