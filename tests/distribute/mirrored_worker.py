@@ -189,7 +189,7 @@ def run_correlated_noise():
   """Updates' spread of a correlated-noise fit on zero data (the
   clipped sums are the same everywhere) under the strategy and without."""
   from tf_dp.analysis import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
-  n, batch = 400, 10
+  n, batch = 960, 10
   x = np.zeros((n, 6), "float32")
   y = np.zeros((n,), "int32")
   spreads = {}
@@ -198,7 +198,7 @@ def run_correlated_noise():
   for name, scope in (("strategy", strategy),
                       ("default", tf.distribute.get_strategy())):
     model = correlated_model(1.5, clip=2.0, scope=scope,
-                             noise_strategy=mf.banded_strategy(40, 4),
+                             noise_strategy=mf.banded_strategy(96, 4),
                              max_passes=1)
     seen = weights_per_step(model, x, y, batch)
     spreads[name] = float(np.std(kernel_deltas(seen)))
@@ -257,7 +257,7 @@ def run(mode):
   elif mode == "correlated_noise":
     out.update(run_correlated_noise())
   else:
-    n, batch, clip, z = 400, 10, 2.0, 1.5
+    n, batch, clip, z = 960, 10, 2.0, 1.5
     x = np.zeros((n, 6), "float32")
     y = np.zeros((n,), "int32")
     with strategy.scope():
