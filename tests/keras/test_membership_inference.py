@@ -73,9 +73,11 @@ def test_a_private_model_leaks_less_than_its_ledger_says(K):
   assert model.evaluate(*nonmembers, verbose=0)[1] > 0.5
   report = kmi.loss_threshold_attack(model, members, nonmembers, delta=DELTA)
   # Measured AUC 0.49. Without a leak the AUC of 898 against 899 examples
-  # has standard error 0.0136; 0.05 is 3.7 of them. ε-DP with ε = 2 would
-  # allow up to about 0.85 (TPR <= e^ε FPR + δ at every threshold).
-  assert report.auc == pytest.approx(0.5, abs=0.05)
+  # has standard error 0.0136, and the DP noise (OS entropy) is fresh in
+  # every run: 0.075 is 5.5 of them (4e-8; 0.05, 3.7 of them, failed
+  # about 2e-4 of the runs). ε-DP with ε = 2 would allow up to about 0.85
+  # (TPR <= e^ε FPR + δ at every threshold).
+  assert report.auc == pytest.approx(0.5, abs=0.075)
   assert report.epsilon_lower_bound < epsilon
   assert report.advantage < (np.exp(epsilon) - 1 + 2 * DELTA) / (
       np.exp(epsilon) + 1)
