@@ -86,6 +86,26 @@ def test_fit_on_arrays_with_shuffled_sampling_is_unaffected(K):
   assert samples[0]["sampling_probability"] == pytest.approx(BATCH / N)
 
 
+@pytest.mark.parametrize("K", KERAS)
+def test_shuffled_arrays_under_a_global_seed_warn(K):
+  """A global seed makes Keras's shuffle the same in every run: whoever
+  knows it knows each example's batch, which the ledger counts as random.
+  fit warns, as for a sampler's fixed seed; without a global seed, or
+  with shuffle=False, it does not."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "shuffled")
+  for shuffle in (True, False):
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
+                verbose=0)
+    assert not [w for w in caught if "global random seed" in str(w.message)]
+  tf.random.set_seed(3)  # tests/conftest.py unsets it after the test.
+  with pytest.warns(UserWarning, match="global random seed set \\(3"):
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+
 @pytest.mark.parametrize("K", KERAS[:1])
 def test_a_refused_fit_leaves_the_model_ready_for_the_sampler(K):
   x, y = helpers.make_data("dense", N)

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
@@ -100,6 +101,33 @@ def expected_lot_examples(bound, examples, batches_per_lot):
   if examples is None:
     return None
   return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
+
+
+def warn_if_shuffle_is_seeded(config, bound, examples):
+  """Warns when Keras shuffles ``fit``'s arrays under TensorFlow's global
+  random seed (``tf.random.set_seed``, ``keras.utils.set_random_seed``).
+
+  Keras draws the order of the arrays with TensorFlow random ops, which
+  the global seed makes reproducible: every process with that seed trains
+  on the same batches, and whoever knows the seed knows which batch holds
+  each example, while the ledger accounts the batches of
+  ``sampling="shuffled"`` as random (as fixed-size sampling). Like a
+  sampler's fixed ``seed``, it is for tests.
+  """
+  if (config.sampling != Sampling.SHUFFLED or examples is None
+      or bound.get("shuffle", True) is False):
+    return
+  seed = context.global_seed()
+  if seed is None:
+    return
+  warnings.warn(
+      f"fit shuffles the arrays with TensorFlow's global random seed set "
+      f"({seed}: tf.random.set_seed or keras.utils.set_random_seed): every "
+      f"run with that seed trains on the same batches, and anyone who "
+      f"knows the seed knows which batch holds each example, while the "
+      f"ledger accounts the shuffled batches as random. Leave the global "
+      f"seed unset outside tests (seed the initializers instead).",
+      UserWarning, stacklevel=4)  # the caller of fit
 
 
 def check_lots_within_passes(config, bound, examples):
