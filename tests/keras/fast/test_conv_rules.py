@@ -174,3 +174,23 @@ def test_materialised_gradients_are_kept_in_the_kernels_layout(K, records):
         records, -1), 1)
     assert np.all(sq_norms.numpy() >= exact)
     np.testing.assert_allclose(sq_norms, exact, rtol=2e-4)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_gradients_larger_than_four_times_the_tapped_tensors_are_not_kept(K):
+  # 3x3x64 -> 64 over 36 positions: materialised (cheaper than ghost), but a
+  # record's gradient (36864 values) is more than 4x its input and output
+  # gradient (4096 + 2304): norms only, the sum from Conv2DBackpropFilter.
+  from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import linear  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  layer = K.layers.Conv2D(64, 3)
+  x = tf.constant(rng.normal(size=(2, 8, 8, 64)).astype("float32"))
+  g = tf.constant(rng.normal(size=layer(x).shape).astype("float32"))
+  rule = conv_rules.ConvRule()
+  a, rows_g = rule.kernel_rows(layer, x, g, 2)
+  assert not linear.use_ghost(a, rows_g)
+  sq_norms, grads = rule.kernel_norms_and_grads(layer, x, g, 2)
+  assert grads is None
+  np.testing.assert_allclose(
+      sq_norms, linear.kernel_sq_norms(a, rows_g, 2), rtol=1e-6)

@@ -204,8 +204,11 @@ class ConvRule(linear.LinearRule):
     if grads is None:
       if getattr(layer, "groups", 1) > 1:
         return super().kernel_norms_and_grads(layer, x, g, records)
+      held = None
+      if x.shape[1:].is_fully_defined() and g.shape[1:].is_fully_defined():
+        held = x.shape[1:].num_elements() + g.shape[1:].num_elements()
       a, g = self.kernel_rows(layer, x, g, records)
-      if not linear.keeps_gradients(a, g):
+      if not linear.keeps_gradients(a, g, held):
         return linear.kernel_sq_norms(a, g, records), None
       # [R, K, C]: patch rows are in the kernel's order (``_patches``).
       return linear.kept_gradients(a, g)

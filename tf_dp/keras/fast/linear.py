@@ -278,20 +278,30 @@ def materialised_sq_bound(grads, mass, positions):
   return tf.square(norm)
 
 
-def keeps_gradients(a, g):
+# Kept per-record gradients may take at most this many times the memory of
+# the layer's input and output gradient, which the clipped sum from the
+# layer's own kernel-gradient op keeps until the scales are known.
+KEPT_GRADIENTS_FACTOR = 4
+
+
+def keeps_gradients(a, g, held_per_example):
   """True if the per-record gradients ``A_r^T G_r`` of one-group rows ``a``
   ``[R, T, K]`` and ``g`` ``[R, T, C]`` (T > 1) are cheaper to materialise
-  than their ghost norms (``use_ghost``). A rule then keeps them for the
-  clipped sum (``kept_gradients``). They are no larger than twice the rows
-  (``K C < 2 T (K + C)``), which the rule forms anyway."""
-  return a.shape[1] != 1 and not use_ghost(a, g)
+  than their ghost norms (``use_ghost``) and small enough to keep for the
+  clipped sum (``kept_gradients``): ``K C`` at most ``KEPT_GRADIENTS_FACTOR``
+  times ``held_per_example``, the elements of one example's layer input and
+  output gradient (None if not static: not kept). They live until every
+  layer's norms are known, as those tensors would."""
+  if held_per_example is None or a.shape[1] == 1 or use_ghost(a, g):
+    return False
+  return a.shape[2] * g.shape[2] <= KEPT_GRADIENTS_FACTOR * held_per_example
 
 
 def kept_gradients(a, g):
   """``([R] squared norms, [R, K, C] gradients)`` for one-group rows ``a``
   ``[R, T, K]``, ``g`` ``[R, T, C]``: the float32 per-record gradients,
   for a clipped sum ``sum_r s_r grad_r`` (a product with the scales
-  instead of a second kernel-gradient op over the batch), and norms that
+  instead of a kernel-gradient op over the scaled batch), and norms that
   bound both what each record then adds (the float32 gradient) and its
   exact gradient (``materialised_sq_bound``)."""
   a = tf.cast(a, g.dtype)
