@@ -24,6 +24,7 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
 
   NAME                          "keras3" or "keras2"
   module()                      the flavour's Keras module, or None
+  imported_module()             module() if already imported, else None
   defines(cls)                  whether a class is the flavour's own
   all_layers(model)             every layer inside a model, recursively
   sublayers(layer)              a layer's direct sublayers
@@ -72,6 +73,14 @@ def keras2_module():
 def installed():
   """The adapters of the installed flavours, Keras 3 first."""
   return [a for a in (keras3, keras2) if a.module() is not None]
+
+
+def imported():
+  """The adapters of the flavours whose Keras is already imported, Keras 3
+  first. Never imports one: a model, layer or optimizer of a flavour exists
+  only once that flavour is imported (importing ``tf_keras`` beside Keras 3
+  would cost a Keras 3 user's process about 15 MiB for nothing)."""
+  return [a for a in (keras3, keras2) if a.imported_module() is not None]
 
 
 def for_flavor(name):

@@ -6,6 +6,8 @@ imports Keras 2 or reads a Keras 2 private attribute. Keras is imported on
 first use, so importing this module never needs Keras 2 installed.
 """
 
+import functools
+import importlib.util
 import sys
 
 import tensorflow as tf
@@ -26,6 +28,25 @@ def module():
   if keras3.module() is None:
     return tf.keras
   return None
+
+
+@functools.lru_cache(maxsize=None)
+def _tf_keras_installed():
+  try:
+    return importlib.util.find_spec("tf_keras") is not None
+  except (ImportError, ValueError):
+    return False
+
+
+def imported_module():
+  """``module()`` if it is already imported, else None (never imports
+  ``tf_keras``)."""
+  tf_keras = sys.modules.get("tf_keras")
+  if tf_keras is not None:
+    return tf_keras
+  if _tf_keras_installed() or "keras" not in sys.modules:
+    return None
+  return module()
 
 
 def defines(cls):

@@ -6,6 +6,8 @@ imports Keras 3 or reads a Keras 3 private attribute. Keras is imported on
 first use, so importing this module never needs Keras 3 installed.
 """
 
+import sys
+
 import tensorflow as tf
 
 from tf_dp import errors
@@ -21,6 +23,16 @@ def module():
     return None
   return keras if str(getattr(keras, "__version__", "2")).startswith("3") else (
       None)
+
+
+def imported_module():
+  """``module()`` if Keras 3 is already imported, else None (never
+  imports it)."""
+  keras = sys.modules.get("keras")
+  if keras is None or not str(getattr(keras, "__version__", "2")).startswith(
+      "3"):
+    return None
+  return keras
 
 
 def defines(cls):

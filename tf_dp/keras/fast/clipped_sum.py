@@ -203,8 +203,9 @@ VECTORIZED_EINSUM_ERROR = (
 def _einsum_classes():
   """Keras 3's EinsumDense and MultiHeadAttention (tf-keras 2.21's train
   under vectorized_map with oneDNN on: measured, MHA model, 3 epochs): the
-  adapters' ``pfor_hazard_layer_classes``."""
-  return tuple(cls for adapter in backend.installed()
+  imported adapters' ``pfor_hazard_layer_classes`` (a layer of a flavour
+  not imported cannot exist)."""
+  return tuple(cls for adapter in backend.imported()
                for cls in adapter.pfor_hazard_layer_classes())
 
 

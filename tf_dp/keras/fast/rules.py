@@ -37,7 +37,8 @@ record adds to the clipped sum what the rule computes from that record's
 taps, and the rule's norm bounds exactly that. A rule that does not
 describe the layer gives a wrong gradient, never an unclipped one.
 
-Built-in rules (Keras 3 and Keras 2 classes, registered on first use):
+Built-in rules (Keras 3 and Keras 2 classes, registered on first use
+once that flavour is imported):
 Dense, EinsumDense and Embedding (with or without LoRA), Conv1D/2D/3D,
 DepthwiseConv2D, SeparableConv2D, Conv2DTranspose, LayerNormalization,
 GroupNormalization, ReversibleEmbedding (tied or not, called any number of
@@ -58,7 +59,8 @@ from tf_dp.keras.fast import linear
 
 _RULES: Dict[type, Any] = {}
 _COMPOSITES: Set[type] = set()
-_BUILTINS_REGISTERED = False
+# The flavours (adapter names) whose built-in rules are registered.
+_FLAVOURS_REGISTERED: Set[str] = set()
 _KERAS_HUB_REGISTERED = False
 
 
@@ -210,19 +212,20 @@ class LocalVectorizedRule:
 
 
 def _ensure_builtins():
-  """Registers the built-in rules for the installed Keras flavours, and
-  KerasHub's once it is imported (never imported here: it is an optional,
-  heavy dependency; a model made of its layers has imported it)."""
-  global _BUILTINS_REGISTERED, _KERAS_HUB_REGISTERED
+  """Registers the built-in rules of each Keras flavour once it is
+  imported, and KerasHub's once it is imported (neither is imported here:
+  a model made of a flavour's or of KerasHub's layers has imported it)."""
+  global _KERAS_HUB_REGISTERED
   # pylint: disable=g-import-not-at-top
   from tf_dp.keras.fast import conv_rules
   from tf_dp.keras.fast import norm_rules
   from tf_dp.keras.fast import patch_rules
   # pylint: enable=g-import-not-at-top
   register = _RULES.__setitem__
-  if not _BUILTINS_REGISTERED:
-    _BUILTINS_REGISTERED = True
-    modules = [adapter.module() for adapter in backend.installed()]
+  new = [a for a in backend.imported() if a.NAME not in _FLAVOURS_REGISTERED]
+  if new:
+    _FLAVOURS_REGISTERED.update(a.NAME for a in new)
+    modules = [adapter.imported_module() for adapter in new]
     for keras in modules:
       _RULES[keras.layers.Dense] = DenseRule()
       _RULES[keras.layers.Embedding] = embedding_rules.EmbeddingRule()
