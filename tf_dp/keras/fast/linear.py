@@ -68,8 +68,11 @@ def mask(t, keep):
   t = tf.convert_to_tensor(t)
 
   def masked():
-    shape = tf.concat([tf.shape(keep), tf.ones([tf.rank(t) - 1], tf.int32)],
-                      0)
+    if t.shape.rank is not None:
+      shape = [-1] + [1] * (t.shape.rank - 1)
+    else:
+      shape = tf.concat([tf.shape(keep), tf.ones([tf.rank(t) - 1], tf.int32)],
+                        0)
     return tf.where(tf.reshape(keep, shape), t, tf.zeros_like(t))
 
   return tf.cond(tf.reduce_all(keep), lambda: tf.identity(t), masked)
@@ -79,15 +82,20 @@ def per_example(t, records, per_record_values):
   """Multiplies example rows of ``t`` by their record's value (or keeps
   them where the value is boolean true, zeroing the others)."""
   t = tf.convert_to_tensor(t)
-  shape = tf.shape(t)
-  grouped = tf.reshape(t, tf.concat([[records, -1], shape[1:]], 0))
+  if t.shape[1:].is_fully_defined():
+    # Static sizes: no shape arithmetic in the step's graph.
+    shape = [-1] + t.shape[1:].as_list()
+    grouped = tf.reshape(t, [records, -1] + shape[1:])
+    ones = [1] * len(shape)
+  else:
+    shape = tf.shape(t)
+    grouped = tf.reshape(t, tf.concat([[records, -1], shape[1:]], 0))
+    ones = tf.ones([tf.rank(grouped) - 1], tf.int32)
   if per_record_values.dtype == tf.bool:
     grouped = mask(grouped, per_record_values)
   else:
-    rank = tf.rank(grouped)
     values = tf.reshape(tf.cast(per_record_values, t.dtype),
-                        tf.concat([[records], tf.ones([rank - 1], tf.int32)],
-                                  0))
+                        tf.concat([[records], ones], 0))
     grouped = grouped * values
   return tf.reshape(grouped, shape)
 
@@ -170,9 +178,21 @@ def float32_upper_bound(value):
 
 def rounding_bound(terms, unit_roundoff):
   """Higham's ``gamma_n = n u / (1 - n u)`` for ``n = terms`` (float64;
-  ``terms`` may be a tensor)."""
+  ``terms`` may be a tensor). A Python int gives a Python float, the same
+  float64 arithmetic with no op in the graph."""
+  if isinstance(terms, (int, np.integer)):
+    nu = float(terms) * unit_roundoff
+    return nu / (1.0 - nu)
   nu = tf.cast(terms, tf.float64) * unit_roundoff
   return nu / (1.0 - nu)
+
+
+def dim(t, axis):
+  """Size of ``t`` along ``axis``: a Python int when known at trace time
+  (sums of sizes then stay Python ints: fewer ops in the step's graph),
+  else a scalar tensor."""
+  size = t.shape[axis]
+  return int(size) if size is not None else tf.shape(t)[axis]
 
 
 def row_norms(t):
@@ -191,7 +211,7 @@ def position_mass(a, g):
   mass = tf.reduce_sum(row_norms(a) * row_norms(g), 1)
   if mass.dtype == tf.float64:
     return mass
-  terms = tf.shape(a)[2] + tf.shape(g)[2] + tf.shape(a)[1] + 8
+  terms = dim(a, 2) + dim(g, 2) + dim(a, 1) + 8
   return tf.cast(mass, tf.float64) * (
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32))
 
@@ -214,12 +234,16 @@ def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records,
   exact = tf.reduce_sum(tf.reshape(exact_sq_bound, [records, -1]), 1)
   mass = tf.sqrt(tf.reduce_sum(tf.reshape(tf.square(mass), [records, -1]),
                                1))
-  rows = tf.cast(rows_per_record, tf.float64)
   norm = (tf.sqrt(tf.maximum(exact, 0.0))
-          + rounding_bound(rows, UNIT_ROUNDOFF_FLOAT32) * mass)
+          + rounding_bound(rows_per_record, UNIT_ROUNDOFF_FLOAT32) * mass)
   if input_error is not None:
     norm += input_error
-  norm = tf.maximum(norm, mass / (LEVERAGE * tf.sqrt(rows)))
+  if isinstance(rows_per_record, (int, np.integer)):
+    # A correctly rounded float64 square root, as tf.sqrt's.
+    floor = LEVERAGE * np.sqrt(np.float64(rows_per_record))
+  else:
+    floor = LEVERAGE * tf.sqrt(tf.cast(rows_per_record, tf.float64))
+  norm = tf.maximum(norm, mass / floor)
   return float32_upper_bound(tf.square(norm))
 
 
@@ -231,8 +255,8 @@ def ghost_sq_bound(a, b):
   aa = tf.matmul(a64, a64, transpose_b=True)
   bb = tf.matmul(b64, b64, transpose_b=True)
   value = tf.reduce_sum(aa * bb, axis=[1, 2])
-  t = tf.shape(a)[1]
-  terms = tf.shape(a)[2] + tf.shape(b)[2] + t * t + 8
+  t = dim(a, 1)
+  terms = dim(a, 2) + dim(b, 2) + t * t + 8
   # U from the Gram matrices' diagonals (|a_t|^2, |b_t|^2: float64 sums of
   # squares of non-negative terms, within a relative gamma_n, n = K + C + T
   # + 8, of exact with the square roots and the sum), raised so that it is
@@ -240,7 +264,7 @@ def ghost_sq_bound(a, b):
   # so exact <= computed / (1 - gamma_n) <= computed (1 + gamma_{2n}) (and
   # the product's own rounding is inside the 8 spare terms). No second
   # float64 pass over the rows.
-  n = tf.shape(a)[2] + tf.shape(b)[2] + t + 8
+  n = dim(a, 2) + dim(b, 2) + t + 8
   mass = tf.reduce_sum(tf.sqrt(tf.linalg.diag_part(aa)
                                * tf.linalg.diag_part(bb)), 1) * (
                                    1.0 + rounding_bound(
@@ -271,7 +295,7 @@ def materialised_sq_bound(grads, mass, positions):
   sq = tf.reduce_sum(tf.reduce_sum(tf.square(grads), 2), 1)
   # computed = exact (1 + e) with |e| <= gamma_n, n = K + C + 4, so exact
   # <= computed / (1 - gamma_n) <= computed (1 + gamma_2n).
-  terms = 2 * (tf.shape(grads)[1] + tf.shape(grads)[2] + 4)
+  terms = 2 * (dim(grads, 1) + dim(grads, 2) + 4)
   norm = tf.sqrt(tf.cast(sq, tf.float64) * (
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32)))
   norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
@@ -306,7 +330,7 @@ def kept_gradients(a, g):
   exact gradient (``materialised_sq_bound``)."""
   a = tf.cast(a, g.dtype)
   grads = tf.matmul(a, g, transpose_a=True)
-  bound = materialised_sq_bound(grads, position_mass(a, g), tf.shape(a)[1])
+  bound = materialised_sq_bound(grads, position_mass(a, g), dim(a, 1))
   return float32_upper_bound(bound), grads
 
 
@@ -316,7 +340,7 @@ def kernel_sq_norms(a, g, records, input_error=None):
   adds to the float32 clipped sum of its kernel (plus ``input_error``, see
   ``certified_sq_norms``)."""
   a = tf.cast(a, g.dtype)
-  rows = tf.shape(a)[1]
+  rows = dim(a, 1)
   if a.shape[1] == 1:  # One position: |a^T g|^2 = |a|^2 |g|^2.
     mass = position_mass(a, g)
     bound = tf.square(mass)
