@@ -364,8 +364,12 @@ def test_estimator_and_keras_release_the_same_mean_gradient(
                       per_example_method, **dp_kwargs)
     # Each front end differentiates its own graph (tf.gradients in a v1
     # Session, a tape in Keras): float32 rounding of the records' means.
+    # The fast path's norms of records of two examples are certified: raised
+    # by their rounding bounds (gamma_2(K+C+4) / 2 + 2 gamma_2 U / norm,
+    # about 1e-6 relative here), so its clip scales are that much smaller.
+    rtol = 3e-6 if per_example_method == "fast" else 1e-6
     for g, e in zip(got, expected):
-      np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+      np.testing.assert_allclose(g, e, rtol=rtol, atol=1e-7)
 
 
 def test_two_dp_optimizers_in_one_graph_each_have_their_ledger(tmp_path):
