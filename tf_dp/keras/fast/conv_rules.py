@@ -356,7 +356,7 @@ class SeparableConv2DRule(linear.LinearRule):
     if self.has_bias(layer):
       state["bias_grads"] = linear.bias_grads(state["g"], layer.bias.shape,
                                               records)
-      norms.append(tf.reduce_sum(tf.square(state["bias_grads"]), 1))
+      norms.append(linear.exact_sq_norms(state["bias_grads"]))
     return norms
 
   def clipped_sums(self, state, scales, keep):

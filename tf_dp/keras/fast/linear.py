@@ -195,23 +195,35 @@ def dim(t, axis):
   return int(size) if size is not None else tf.shape(t)[axis]
 
 
+def euclidean_norms(t, axis):
+  """Euclidean norms of ``t`` along ``axis``, in its dtype: a sum of squares
+  in some order, then a square root. One fused kernel (EuclideanNorm,
+  without the squares as a temporary) except under XLA, which has no
+  kernel for it."""
+  get_xla = getattr(tf.__internal__, "get_enclosing_xla_context", None)
+  if get_xla is not None and get_xla() is not None:
+    return tf.sqrt(tf.reduce_sum(tf.square(t), axis))
+  return tf.math.reduce_euclidean_norm(t, axis)
+
+
 def row_norms(t):
   """``[..., F] -> [...]``: Euclidean norms of the last axis, in the dtype
   of ``t`` (float32 rows: use ``position_mass``, which bounds their
   rounding)."""
-  return tf.sqrt(tf.reduce_sum(tf.square(t), -1))
+  return euclidean_norms(t, -1)
 
 
 def position_mass(a, g):
   """``U = sum_t |a_t| |g_t|`` per row group: ``[N]`` float64 upper bounds
   for rows ``[N, T, K]`` and ``[N, T, C]`` (float64 rows: computed in
-  float64; float32 rows: in float32, raised by the bound on its rounding,
-  ``gamma_{K + C + T + 8}``: sums of positive terms, a square root and a
-  product; inf on overflow, which drops the record)."""
+  float64; float32 rows: in float32, within ``gamma_n``, ``n = K + C + T
+  + 8``, of exact (sums of positive terms, a square root and a product),
+  so raised by ``1 + gamma_2n >= 1 / (1 - gamma_n)``; inf on overflow,
+  which drops the record)."""
   mass = tf.reduce_sum(row_norms(a) * row_norms(g), 1)
   if mass.dtype == tf.float64:
     return mass
-  terms = dim(a, 2) + dim(g, 2) + dim(a, 1) + 8
+  terms = 2 * (dim(a, 2) + dim(g, 2) + dim(a, 1) + 8)
   return tf.cast(mass, tf.float64) * (
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32))
 
@@ -288,15 +300,17 @@ def materialised_sq_bound(grads, mass, positions):
   given their float32 products ``grads`` ``[N, K, C]`` over ``positions``
   positions (each within ``gamma_positions * mass`` of the exact one).
 
-  The sum of squares runs in float32 in two stages (over C, then K), so its
-  rounding is within ``gamma_{K + C}`` of it, whatever the order inside a
-  stage. The bound is also above the squared norm of ``grads`` itself.
+  The norm of ``grads`` runs in float32 in two stages of fused Euclidean
+  norms, over C, then over K (squares of the first stage's norms), so the
+  computed square is within ``gamma_n``, ``n = K + C + 8``, of the exact
+  sum of squares whatever the order inside a stage (C squares and sums, a
+  square root, a square, K sums, a square root, the float64 square);
+  exact <= computed / (1 - gamma_n) <= computed (1 + gamma_2n). The bound
+  is also above the squared norm of ``grads`` itself.
   """
-  sq = tf.reduce_sum(tf.reduce_sum(tf.square(grads), 2), 1)
-  # computed = exact (1 + e) with |e| <= gamma_n, n = K + C + 4, so exact
-  # <= computed / (1 - gamma_n) <= computed (1 + gamma_2n).
-  terms = 2 * (dim(grads, 1) + dim(grads, 2) + 4)
-  norm = tf.sqrt(tf.cast(sq, tf.float64) * (
+  norm = euclidean_norms(euclidean_norms(grads, 2), 1)
+  terms = 2 * (dim(grads, 1) + dim(grads, 2) + 8)
+  norm = tf.sqrt(tf.square(tf.cast(norm, tf.float64)) * (
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32)))
   norm += rounding_bound(positions, UNIT_ROUNDOFF_FLOAT32) * mass
   return tf.square(norm)
