@@ -137,8 +137,11 @@ def test_microbatches(kind, num_microbatches, weighted):
   grads = grads.reshape(num_microbatches or 4, -1, 2).mean(axis=1)
   norms = np.linalg.norm(grads, axis=1)
   grads = grads * np.minimum(1.0 / norms, 1.0)[:, None]
+  # The fast path's norms are certified, raised by their rounding bounds
+  # (a few 1e-6 relative), and the mean of clipped gradients of norm about
+  # 0.8 cancels to 0.03 in one coordinate: an absolute tolerance of 2e-6.
   np.testing.assert_allclose(model.get_weights()[0].ravel(),
-                             -grads.mean(axis=0), rtol=1e-5)
+                             -grads.mean(axis=0), rtol=1e-5, atol=2e-6)
 
 
 def test_compile_without_population_size_takes_it_from_fit():
