@@ -90,6 +90,25 @@ def test_no_data_tensor_means_no_check():
     assert op.type == "NoOp"
 
 
+def _failed_runs(build_loss, x, runs, seed=None):
+  """How many of ``runs`` runs of one assertion (a fresh random half and
+  direction each run) on the features ``x`` fail."""
+  with tf.Graph().as_default():
+    features = v1.placeholder(tf.float32, x.shape)
+    w = tf.Variable(np.ones(x.shape[1], np.float32))
+    check = record_independence.independence_assertion(
+        build_loss(features, None, w, None), seed=seed)
+    failed = 0
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      for _ in range(runs):
+        try:
+          sess.run(check, {features: x})
+        except tf.errors.InvalidArgumentError:
+          failed += 1
+  return failed
+
+
 @pytest.mark.parametrize("rows", [2, 3, 8])
 def test_every_run_of_the_check_splits_the_batch(rows):
   """A batch-centred loss fails every run of the check, not only most: the
@@ -97,20 +116,7 @@ def test_every_run_of_the_check_splits_the_batch(rows):
   would let a run of a batch of 2 pass with probability 1/2, so all 40 runs
   failing would have probability 2^-40)."""
   x = np.random.default_rng(1).normal(size=(rows, 3)).astype(np.float32)
-  with tf.Graph().as_default():
-    features = v1.placeholder(tf.float32, [rows, 3])
-    w = tf.Variable(np.ones(3, np.float32))
-    check = record_independence.independence_assertion(
-        _batch_centred(features, None, w, None))
-    failed = 0
-    with v1.Session() as sess:
-      sess.run(v1.global_variables_initializer())
-      for _ in range(40):
-        try:
-          sess.run(check, {features: x})
-        except tf.errors.InvalidArgumentError:
-          failed += 1
-  assert failed == 40
+  assert _failed_runs(_batch_centred, x, 40) == 40
 
 
 def _reads_the_next_example(features, ids, w, emb):
@@ -126,17 +132,5 @@ def test_one_example_reading_one_other_fails_a_quarter_of_the_runs():
   for b = 8. 400 runs: sd sqrt(2/7 * 5/7 / 400) = 0.023; 6 sd either side
   is [0.15, 0.42], which excludes a check that never fails and one that
   always does."""
-  with tf.Graph().as_default():
-    features = v1.placeholder(tf.float32, [8, 3])
-    w = tf.Variable(np.ones(3, np.float32))
-    check = record_independence.independence_assertion(
-        _reads_the_next_example(features, None, w, None), seed=3)
-    failed = 0
-    with v1.Session() as sess:
-      sess.run(v1.global_variables_initializer())
-      for _ in range(400):
-        try:
-          sess.run(check, {features: X})
-        except tf.errors.InvalidArgumentError:
-          failed += 1
+  failed = _failed_runs(_reads_the_next_example, X, 400, seed=3)
   assert 0.15 <= failed / 400 <= 0.42
