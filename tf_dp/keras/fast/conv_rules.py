@@ -201,24 +201,24 @@ class ConvRule(linear.LinearRule):
 
   def kernel_norms_and_grads(self, layer, x, g, records):
     grads = _single_channel_kernel_grads(layer, x, g)
-    if grads is None:
-      if getattr(layer, "groups", 1) > 1:
-        return super().kernel_norms_and_grads(layer, x, g, records)
-      held = None
-      if x.shape[1:].is_fully_defined() and g.shape[1:].is_fully_defined():
-        held = x.shape[1:].num_elements() + g.shape[1:].num_elements()
-      a, g = self.kernel_rows(layer, x, g, records)
-      if not linear.keeps_gradients(a, g, held):
-        return linear.kernel_sq_norms(a, g, records), None
-      # [R, K, C]: patch rows are in the kernel's order (``_patches``).
-      return linear.kept_gradients(a, g)
-    # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
-    grads = tf.reshape(grads, [-1, records, tf.shape(grads)[2] // records,
-                               grads.shape[-1]])
-    per_record = tf.transpose(tf.reduce_sum(grads, 2), [1, 0, 2])
-    # The clipped sum is formed from these same gradients, so their norms
-    # bound what each record adds exactly.
-    return linear.exact_sq_norms(per_record), per_record
+    if grads is not None:
+      # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
+      grads = tf.reshape(grads, [-1, records, tf.shape(grads)[2] // records,
+                                 grads.shape[-1]])
+      per_record = tf.transpose(tf.reduce_sum(grads, 2), [1, 0, 2])
+      # The clipped sum is formed from these same gradients, so their norms
+      # bound what each record adds exactly.
+      return linear.exact_sq_norms(per_record), per_record
+    if getattr(layer, "groups", 1) > 1:
+      return super().kernel_norms_and_grads(layer, x, g, records)
+    held = None
+    if x.shape[1:].is_fully_defined() and g.shape[1:].is_fully_defined():
+      held = x.shape[1:].num_elements() + g.shape[1:].num_elements()
+    a, g = self.kernel_rows(layer, x, g, records)
+    if not linear.keeps_gradients(a, g, held):
+      return linear.kernel_sq_norms(a, g, records), None
+    # [R, K, C]: patch rows are in the kernel's order (``_patches``).
+    return linear.kept_gradients(a, g)
 
   def supports(self, layer):
     rank = len(layer.kernel_size)
