@@ -48,16 +48,16 @@ CONV_CASES = {
         kernel_initializer=_init(K), bias_initializer=_init(K, 1))]),
     "conv1d_one_channel": lambda K: ((11, 1), [K.layers.Conv1D(
         3, 3, strides=2, kernel_initializer=_init(K))]),
-    # More than 128 patch features: patches from strided blocks (stride
+    # More than 128 patch features: patches gathered from the input (stride
     # not dividing the kernel, valid windows that leave input unread).
-    "conv2d_blocks_same": lambda K: ((7, 7, 9), [K.layers.Conv2D(
+    "conv2d_gathered_same": lambda K: ((7, 7, 9), [K.layers.Conv2D(
         3, 5, strides=2, padding="same", activation="tanh",
         kernel_initializer=_init(K))]),
-    "conv2d_blocks_valid": lambda K: ((8, 9, 10), [K.layers.Conv2D(
+    "conv2d_gathered_valid": lambda K: ((8, 9, 10), [K.layers.Conv2D(
         4, (4, 5), strides=(3, 2), kernel_initializer=_init(K))]),
-    "conv2d_blocks_groups": lambda K: ((5, 5, 16), [K.layers.Conv2D(
+    "conv2d_gathered_groups": lambda K: ((5, 5, 16), [K.layers.Conv2D(
         4, 3, groups=2, padding="same", kernel_initializer=_init(K))]),
-    "depthwise_blocks": lambda K: ((6, 6, 16), [K.layers.DepthwiseConv2D(
+    "depthwise_gathered": lambda K: ((6, 6, 16), [K.layers.DepthwiseConv2D(
         3, padding="same", depthwise_initializer=_init(K))]),
     "group_norm": lambda K: ((4, 4, 6), [
         K.layers.Conv2D(6, 1, kernel_initializer=_init(K)),
@@ -79,7 +79,7 @@ def test_conv_and_norm_rules_equal_loop(K, case):
 
 
 @pytest.mark.parametrize("K", KERAS)
-@pytest.mark.parametrize("case", ["conv2d_one_channel", "conv2d_blocks_same"])
+@pytest.mark.parametrize("case", ["conv2d_one_channel", "conv2d_gathered_same"])
 def test_conv_rules_with_microbatches(K, case):
   shape, layers = CONV_CASES[case](K)
   model = _sequential(K, shape, layers)
@@ -119,20 +119,26 @@ def test_one_channel_norms_in_chunks_equal_patch_norms(K, records):
 
 
 def test_patches_are_extract_patches_in_kernel_order():
-  # Every method of _patches (one-hot convolution up to 128 features,
-  # strided blocks above, ExtractImagePatches when dilated) gives the rows
-  # of ExtractImagePatches exactly, in the kernel's order: a^T g is laid
-  # out as the kernel's gradient.
+  # Every method of _patches (one-hot convolution up to 128 features, a
+  # gather of pixels above, ExtractImagePatches when there are too many
+  # kernel positions for the gather's indices) gives the rows of
+  # ExtractImagePatches exactly, in the kernel's order: a^T g is laid out
+  # as the kernel's gradient.
   from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   for shape, ks, st, dl, padding in [
       ((2, 28, 28, 1), [8, 8], [2, 2], [1, 1], "SAME"),  # one-hot
       ((2, 9, 8, 3), [3, 3], [1, 1], [1, 1], "SAME"),  # one-hot
-      ((2, 13, 13, 16), [4, 4], [2, 2], [1, 1], "VALID"),  # blocks
-      ((2, 15, 14, 10), [5, 3], [3, 2], [1, 1], "VALID"),  # blocks
-      ((2, 15, 14, 10), [5, 3], [2, 1], [1, 1], "SAME"),  # blocks
-      ((2, 12, 12, 9), [4, 4], [3, 3], [1, 1], "SAME"),  # blocks
-      ((2, 12, 11, 9), [4, 4], [1, 1], [2, 1], "SAME")]:  # dilated
+      ((2, 13, 13, 16), [4, 4], [2, 2], [1, 1], "VALID"),  # gathered
+      ((2, 15, 14, 10), [5, 3], [3, 2], [1, 1], "VALID"),  # gathered
+      ((2, 15, 14, 10), [5, 3], [2, 1], [1, 1], "SAME"),  # gathered
+      ((2, 12, 12, 9), [4, 4], [3, 3], [1, 1], "SAME"),  # gathered
+      ((2, 12, 11, 9), [4, 4], [1, 1], [2, 1], "SAME"),  # gathered, dilated
+      ((2, 11, 13, 9), [3, 5], [2, 3], [3, 2], "SAME"),  # gathered, dilated
+      ((2, 16, 17, 9), [3, 5], [2, 3], [3, 2], "VALID"),  # gathered, dilated
+      ((2, 6, 5, 11), [7, 6], [1, 2], [1, 1], "SAME"),  # kernel > input
+      ((2, 1, 40, 12), [1, 5], [1, 2], [1, 1], "SAME"),  # a 1-D layer
+      ((2, 48, 48, 1), [24, 24], [1, 1], [1, 1], "SAME")]:  # too many
     x = tf.constant(rng.normal(size=shape).astype("float32"))
     got = conv_rules._patches(x, ks, st, dl, padding).numpy()  # pylint: disable=protected-access
     want = tf.image.extract_patches(x, [1] + ks + [1], [1] + st + [1],
@@ -144,7 +150,7 @@ def test_patches_are_extract_patches_in_kernel_order():
 @pytest.mark.parametrize("records", [6, 3])
 def test_materialised_gradients_are_kept_in_the_kernels_layout(K, records):
   # An ungrouped convolution whose per-record gradients are cheaper
-  # materialised than ghost (one-hot and strided-block patches) keeps them
+  # materialised than ghost (one-hot and gathered patches) keeps them
   # for the clipped sum: each equals the record's gradient from a loop,
   # laid out as the kernel, and its squared norm is at least that of the
   # kept gradient, raised by the rounding bounds only (on random data

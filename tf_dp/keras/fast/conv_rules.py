@@ -9,6 +9,7 @@ uses for the layer (Conv2DBackpropFilter and friends) applied to the
 per-record scaled output gradients, so no patches are formed for the sum.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
@@ -34,12 +35,15 @@ def _as_2d(layer):
 # Patches with at most this many features come from a convolution with a
 # one-hot kernel (oneDNN): it costs K multiply-adds per patch element but
 # beats data movement for few features (the tutorial CNN's first layer,
-# 8x8x1 patches). Larger patches of an undilated 2-D convolution are
-# gathered by strided blocks (``_strided_block_patches``, 1.4-2.7x faster
-# than ExtractImagePatches, measured on this package's benchmark shapes);
-# dilated ones by ExtractImagePatches. All are exact (copies, or products
-# with 1 and 0).
+# 8x8x1 patches). Larger patches of a 2-D convolution with static spatial
+# sizes are one gather of the input's pixels (``_gathered_patches``; the
+# tutorial CNN's second layer 0.9 ms against 2.5 ms by strided blocks and
+# 3.3 ms by ExtractImagePatches at batch 256, measured on this VM), up to
+# ``GATHERED_PATCHES_MAX_INDICES`` kernel positions; beyond that (a graph
+# constant of 4 bytes each) ExtractImagePatches. All are exact (copies, or
+# products with 1 and 0).
 ONE_HOT_PATCHES_MAX_FEATURES = 128
+GATHERED_PATCHES_MAX_INDICES = 1 << 20
 
 
 def _patches(x, ks, st, dl, padding):
@@ -60,62 +64,54 @@ def _patches(x, ks, st, dl, padding):
                          ks + [x.shape[-1], features])
     patches = tf.nn.conv2d(x, one_hot, [1] + st + [1], padding,
                            dilations=[1] + dl + [1])
-  elif max(dl) == 1 and None not in x.shape[1:]:
-    patches = _strided_block_patches(x, ks, st, padding)
   else:
-    patches = tf.image.extract_patches(x, sizes=[1] + ks + [1],
-                                       strides=[1] + st + [1],
-                                       rates=[1] + dl + [1], padding=padding)
+    patches = _gathered_patches(x, ks, st, dl, padding)
+    if patches is None:
+      patches = tf.image.extract_patches(
+          x, sizes=[1] + ks + [1], strides=[1] + st + [1],
+          rates=[1] + dl + [1], padding=padding)
   return tf.reshape(patches, [tf.shape(x)[0], -1, patches.shape[-1]])
 
 
-def _window(size, kernel, stride, padding):
-  """(outputs, zeros before, zeros after or a negative crop) of one axis
-  of an undilated convolution, the padded length being a multiple of the
-  stride that covers every window."""
+def _window(size, kernel, stride, dilation, padding):
+  """(outputs, zeros before) of one axis of a convolution."""
+  extent = dilation * (kernel - 1) + 1
   if padding == "SAME":
     out = -(-size // stride)
-    before = max((out - 1) * stride + kernel - size, 0) // 2
-  else:
-    out = (size - kernel) // stride + 1
-    before = 0
-  length = stride * (out - 1 + -(-kernel // stride))
-  return out, before, length - size - before
+    return out, max((out - 1) * stride + extent - size, 0) // 2
+  return (size - extent) // stride + 1, 0
 
 
-def _strided_block_patches(x, ks, st, padding):
-  """Patches of an undilated 2-D convolution from strided blocks.
+def _gathered_patches(x, ks, st, dl, padding):
+  """``[B, out_h * out_w, kh * kw * C]`` patches of a 2-D convolution by
+  one gather of ``x``'s pixels, or None when a spatial size is not static
+  or there are more than ``GATHERED_PATCHES_MAX_INDICES`` kernel positions.
 
-  With kernel offset ``(s qi + ri, s qj + rj)`` for stride ``s``, the
-  input under it at output ``(i, j)`` is ``x[s (i + qi) + ri, s (j + qj) +
-  rj]``: element ``(i + qi, j + qj, ri, rj)`` of ``x`` reshaped into
-  ``s x s`` blocks. So each kernel row ``s qi + ri`` and block column
-  ``qj`` contribute one slice of the blocked input (kernel columns ``s qj``
-  to ``s qj + s - 1``, channels innermost), and the patches are their
-  concatenation in kernel order: ``[B, out_h, out_w, kh * kw * C]``.
+  Pixel ``(r, c)`` is row ``r * W + c`` of ``x`` as ``[B, H * W, C]``; a
+  position in the zero padding reads an appended zero row. The indices are
+  a constant computed here, in the kernel's order.
   """
-  (kh, kw), (sh, sw), channels = ks, st, x.shape[-1]
-  out_h, top, bottom = _window(x.shape[1], kh, sh, padding)
-  out_w, left, right = _window(x.shape[2], kw, sw, padding)
-  if bottom < 0 or right < 0:
-    x = x[:, :x.shape[1] + min(bottom, 0), :x.shape[2] + min(right, 0)]
-  pads = [[0, 0], [top, max(bottom, 0)], [left, max(right, 0)], [0, 0]]
-  if any(p for pair in pads for p in pair):
-    x = tf.pad(x, pads)
-  rows, cols = x.shape[1] // sh, x.shape[2] // sw
-  blocks = tf.reshape(x, [-1, rows, sh, cols, sw, channels])
-  if sh * sw > 1:
-    blocks = tf.transpose(blocks, [0, 1, 3, 2, 4, 5])
-  else:
-    blocks = tf.reshape(blocks, [-1, rows, cols, 1, 1, channels])
-  parts = []
-  for di in range(kh):
-    qi, ri = divmod(di, sh)
-    for qj in range(-(-kw // sw)):
-      rj = min(sw, kw - sw * qj)
-      part = blocks[:, qi:qi + out_h, qj:qj + out_w, ri, :rj, :]
-      parts.append(tf.reshape(part, [-1, out_h, out_w, rj * channels]))
-  return tf.concat(parts, -1) if len(parts) > 1 else parts[0]
+  height, width, channels = x.shape[1], x.shape[2], x.shape[-1]
+  if height is None or width is None:
+    return None
+  out_h, top = _window(height, ks[0], st[0], dl[0], padding)
+  out_w, left = _window(width, ks[1], st[1], dl[1], padding)
+  if out_h * out_w * ks[0] * ks[1] > GATHERED_PATCHES_MAX_INDICES:
+    return None
+  rows = (np.arange(out_h)[:, None, None, None] * st[0]
+          + np.arange(ks[0])[None, None, :, None] * dl[0] - top)
+  cols = (np.arange(out_w)[None, :, None, None] * st[1]
+          + np.arange(ks[1])[None, None, None, :] * dl[1] - left)
+  inside = (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
+  index = np.where(inside, rows * width + cols, height * width)
+  pixels = tf.reshape(x, [-1, height * width, channels])
+  if not inside.all():
+    pixels = tf.concat(
+        [pixels, tf.zeros([tf.shape(x)[0], 1, channels], x.dtype)], 1)
+  index = index.reshape(-1).astype(
+      np.int32 if height * width < 2 ** 31 else np.int64)
+  patches = tf.gather(pixels, index, axis=1)
+  return tf.reshape(patches, [-1, out_h * out_w, ks[0] * ks[1] * channels])
 
 
 def _grouped(t, groups, inner):
