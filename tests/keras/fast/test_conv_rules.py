@@ -119,16 +119,17 @@ def test_one_channel_norms_in_chunks_equal_patch_norms(K, records):
 
 
 def test_patches_are_extract_patches_in_kernel_order():
-  # Every method of _patches (one-hot convolution up to 128 features, a
-  # gather of pixels above, ExtractImagePatches when there are too many
-  # kernel positions for the gather's indices) gives the rows of
-  # ExtractImagePatches exactly, in the kernel's order: a^T g is laid out
-  # as the kernel's gradient.
+  # Every method of _patches (one-hot convolution up to 128 features over
+  # few channels or without static sizes, a gather of pixels otherwise,
+  # ExtractImagePatches when there are too many kernel positions for the
+  # gather's indices) gives the rows of ExtractImagePatches exactly, in the
+  # kernel's order: a^T g is laid out as the kernel's gradient.
   from tf_dp.keras.fast import conv_rules  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   for shape, ks, st, dl, padding in [
       ((2, 28, 28, 1), [8, 8], [2, 2], [1, 1], "SAME"),  # one-hot
       ((2, 9, 8, 3), [3, 3], [1, 1], [1, 1], "SAME"),  # one-hot
+      ((2, 9, 8, 8), [3, 3], [1, 1], [1, 1], "SAME"),  # gathered, 72
       ((2, 13, 13, 16), [4, 4], [2, 2], [1, 1], "VALID"),  # gathered
       ((2, 15, 14, 10), [5, 3], [3, 2], [1, 1], "VALID"),  # gathered
       ((2, 15, 14, 10), [5, 3], [2, 1], [1, 1], "SAME"),  # gathered
@@ -143,6 +144,17 @@ def test_patches_are_extract_patches_in_kernel_order():
     got = conv_rules._patches(x, ks, st, dl, padding).numpy()  # pylint: disable=protected-access
     want = tf.image.extract_patches(x, [1] + ks + [1], [1] + st + [1],
                                     [1] + dl + [1], padding).numpy()
+    np.testing.assert_array_equal(got, want.reshape(got.shape))
+  # Without static spatial sizes: the one-hot convolution up to 128
+  # features (72 here), ExtractImagePatches above (144).
+  for channels in (8, 16):
+    x = tf.constant(rng.normal(size=(2, 9, 8, channels)).astype("float32"))
+    dynamic = tf.function(
+        lambda t: conv_rules._patches(t, [3, 3], [2, 1], [1, 1], "SAME"),  # pylint: disable=protected-access
+        input_signature=[tf.TensorSpec([None, None, None, channels])])
+    want = tf.image.extract_patches(x, [1, 3, 3, 1], [1, 2, 1, 1],
+                                    [1, 1, 1, 1], "SAME").numpy()
+    got = dynamic(x).numpy()
     np.testing.assert_array_equal(got, want.reshape(got.shape))
 
 
