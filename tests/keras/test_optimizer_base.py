@@ -1,6 +1,8 @@
 """Tests of tf_dp.keras.optimizer_base: DPOptimizer.private_step, the DP
 step of fit for custom training loops (against a per-example loop)."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -40,6 +42,60 @@ def test_one_step_in_a_tf_function_equals_the_per_example_loop(K):
     np.testing.assert_allclose(b, a, atol=1e-6)
   samples = optimizer.ledger.to_dict()["samples"]
   assert len(samples) == 1 and samples[0]["sampling_probability"] == 1.0
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_users_tf_function_traces_the_dp_step_once(K):
+  """The DP state (the queries' state, the lot, the noise key, the wrapped
+  Adam's slots) is created outside the user's tf.function's variable
+  capture: a tf.function whose trace creates variables is traced a second
+  time (as ``fit``'s step, see test_private_model). Four batches in lots
+  of two: two ledger samples."""
+  x, y = helpers.make_data("dense", 16)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  optimizer = tf_dp.DPOptimizer(K.optimizers.Adam(0.01), l2_norm_clip=1.0,
+                                noise_multiplier=1.0, population_size=16,
+                                gradient_accumulation_steps=2)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  traces = []
+
+  @tf.function
+  def train_step(x, y):
+    traces.append(1)
+    return optimizer.private_step(model, loss, x, y)
+
+  for i in range(4):
+    train_step(tf.constant(x[4 * i:4 * i + 4]), tf.constant(y[4 * i:4 * i + 4]))
+  assert len(traces) == 1
+  samples = optimizer.ledger.to_dict()["samples"]
+  assert len(samples) == 2 and samples[0]["sampling_probability"] == 0.5
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_steps_traced_once_equal_eager_steps(K):
+  """Without noise, lots of two batches through Adam: the traced steps
+  (one trace) move the weights as the eager steps do, up to float32
+  rounding of different kernels (1e-6), and record the same ledger."""
+  x, y = helpers.make_data("dense", 16)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  results = []
+  for traced in (False, True):
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(K.optimizers.Adam(0.01), l2_norm_clip=0.1,
+                                  noise_multiplier=0.0, population_size=16,
+                                  gradient_accumulation_steps=2)
+    step = functools.partial(optimizer.private_step, model, loss)
+    step = tf.function(step) if traced else step
+    for i in range(4):
+      step(tf.constant(x[4 * i:4 * i + 4]), tf.constant(y[4 * i:4 * i + 4]))
+    results.append((_weights(model), optimizer.ledger.to_dict()["samples"]))
+  (eager, eager_samples), (traced_w, traced_samples) = results
+  assert any(np.any(a != b) for a, b in zip(
+      eager, _weights(tf_dp.keras.make_private(
+          helpers.build_model(K, "dense")))))
+  for a, b in zip(eager, traced_w):
+    np.testing.assert_allclose(b, a, atol=1e-6)
+  assert traced_samples == eager_samples and len(eager_samples) == 2
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -29,6 +29,20 @@ def _check_dense_labels(y, sample_weight):
           f"or use one label per example.")
 
 
+def _not_lifted(next_creator, **kwargs):
+  """Creates a variable that the enclosing ``tf.function`` does not capture.
+
+  Under ``tf.init_scope`` a variable is created eagerly, but a
+  ``tf.function`` whose trace is running still records it among the
+  variables its trace created, and traces the function a second time before
+  running it. The DP state is created eagerly, once, for every later trace:
+  none of them needs the first trace's variable capture (which exists to
+  lift initializers out of the graph).
+  """
+  kwargs["experimental_enable_variable_lifting"] = False
+  return next_creator(**kwargs)
+
+
 def private_step(model, optimizer, loss_fn, x, y, sample_weight):
   """One DP step of a converted model: the body of ``fit``'s train step and
   of ``DPOptimizer.private_step``.
@@ -48,8 +62,8 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
         f"built. Give it an Input layer, or call it once on a batch "
         f"(`model(x)`) before the first DP step.")
   variables = model.trainable_variables
-  with tf.init_scope():  # Create the DP state eagerly, once.
-    optimizer.ensure_built(variables, model)
+  with tf.init_scope(), tf.variable_creator_scope(_not_lifted):
+    optimizer.ensure_built(variables, model)  # Eagerly, once.
   penalty, checked = None, []
   if model_checks.adds_losses(model, x):
     # add_loss terms: evaluated on a public input, outside the clipped sum.

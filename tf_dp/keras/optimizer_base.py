@@ -47,7 +47,9 @@ class DPOptimizerMixin:
     one ledger sample is recorded and the mean is applied to
     ``model.trainable_variables``. Regularisers and ``add_loss`` terms
     that do not depend on the data are added outside the clipped sum.
-    Call it inside or outside a ``tf.function``. Unlike ``fit``, a custom
+    Call it inside or outside a ``tf.function``; inside one, its first
+    trace creates the DP state eagerly and outside the function's variable
+    capture, so the function is traced once. Unlike ``fit``, a custom
     loop's batches are not checked against the declared ``sampling``: with
     ``"poisson"`` or ``"fixed_size"`` the caller must feed the lots of the
     matching ``tf_dp.data`` sampler (or of a sampler of its own that draws
