@@ -56,6 +56,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.dp_query import xla_context
 from tf_dp.dp_query.dp_query import Nest
 
 # Independent normals summed per coordinate in secure mode (Holohan &
@@ -371,8 +372,7 @@ def secure_standard_normal(count: tf.Tensor) -> tf.Tensor:
 
 
 def _refuse_unsupported_secure_context():
-  get_xla = getattr(tf.__internal__, "get_enclosing_xla_context", None)
-  if get_xla is not None and get_xla() is not None:
+  if xla_context.in_xla_context():
     raise ValueError(_XLA_ERROR)
   resolver = getattr(tf.distribute.get_strategy(), "cluster_resolver", None)
   if resolver is not None:

@@ -31,6 +31,8 @@ rank-2 matmuls: see the shared TF facts).
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.dp_query import xla_context
+
 
 class FastPathUnavailable(Exception):
   """Raised at trace time when the model or query needs the fallback."""
@@ -200,8 +202,7 @@ def euclidean_norms(t, axis):
   in some order, then a square root. One fused kernel (EuclideanNorm,
   without the squares as a temporary) except under XLA, which has no
   kernel for it."""
-  get_xla = getattr(tf.__internal__, "get_enclosing_xla_context", None)
-  if get_xla is not None and get_xla() is not None:
+  if xla_context.in_xla_context():
     return tf.sqrt(tf.reduce_sum(tf.square(t), axis))
   return tf.math.reduce_euclidean_norm(t, axis)
 
@@ -335,6 +336,17 @@ def keeps_gradients(a, g, held_per_example):
   return a.shape[2] * g.shape[2] <= KEPT_GRADIENTS_FACTOR * held_per_example
 
 
+def _materialised_gradients(a, g):
+  """``([R * G, K, C] A^T G, [R * G] bound, [R * G] U)`` for rows ``a``
+  ``[R * G, T, K]`` and ``g`` ``[R * G, T, C]`` of one dtype: the float32
+  gradients of each (record, group) block, float64 upper bounds on the
+  squared norms of their exact values (``materialised_sq_bound``) and
+  ``position_mass``."""
+  grads = tf.matmul(a, g, transpose_a=True)
+  mass = position_mass(a, g)
+  return grads, materialised_sq_bound(grads, mass, dim(a, 1)), mass
+
+
 def kept_gradients(a, g):
   """``([R] squared norms, [R, K, C] gradients)`` for one-group rows ``a``
   ``[R, T, K]``, ``g`` ``[R, T, C]``: the float32 per-record gradients,
@@ -342,9 +354,7 @@ def kept_gradients(a, g):
   instead of a kernel-gradient op over the scaled batch), and norms that
   bound both what each record then adds (the float32 gradient) and its
   exact gradient (``materialised_sq_bound``)."""
-  a = tf.cast(a, g.dtype)
-  grads = tf.matmul(a, g, transpose_a=True)
-  bound = materialised_sq_bound(grads, position_mass(a, g), dim(a, 1))
+  grads, bound, _ = _materialised_gradients(tf.cast(a, g.dtype), g)
   return float32_upper_bound(bound), grads
 
 
@@ -361,9 +371,7 @@ def kernel_sq_norms(a, g, records, input_error=None):
   elif use_ghost(a, g):
     bound, mass = ghost_sq_bound(a, g)
   else:
-    grads = tf.matmul(a, g, transpose_a=True)  # [R * G, K, C]
-    mass = position_mass(a, g)
-    bound = materialised_sq_bound(grads, mass, rows)
+    _, bound, mass = _materialised_gradients(a, g)
   return certified_sq_norms(bound, mass, rows, records, input_error)
 
 
