@@ -8,6 +8,9 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+from tf_dp.keras import backend
+from tf_dp.keras import first_batch
+from tf_dp.keras import per_example
 
 KERAS = helpers.keras_modules()
 N, BATCH = 40, 10
@@ -153,3 +156,155 @@ def test_lots_that_drew_nobody_do_not_skip_the_self_check(K):
   for a, b in zip(before, helpers.weights(model)):
     np.testing.assert_array_equal(a, b)
   assert helpers.ledger_samples(model) == []
+
+
+# What ``_weighted_rows_of_dataset`` reads from a dataset, and when it stops.
+
+
+def _read(dataset, **kwargs):
+  return first_batch._weighted_rows_of_dataset(  # pylint: disable=protected-access
+      backend.default(), dataset, **kwargs)
+
+
+def _weighted_batches(x, y, weight, rows_per_batch, counter=None):
+  """``(x, y, weight)`` batches of ``rows_per_batch`` rows; ``counter``
+  (a list) gets one entry per batch read, across re-iterations."""
+  dataset = tf.data.Dataset.from_tensor_slices(
+      (x, y, np.asarray(weight, "float32"))).batch(rows_per_batch)
+  if counter is None:
+    return dataset
+
+  def count(*batch):
+    tf.py_function(lambda: counter.append(1), [], [])
+    return batch
+
+  return dataset.map(count)
+
+
+def _padded_lots(x, y, lots, rows_per_lot):
+  """Lots of the examples listed in ``lots`` (indices into x), each padded
+  to ``rows_per_lot`` rows of zeros of weight 0, as the samplers pad."""
+  xs, ys, ws = [], [], []
+  for lot in lots:
+    pad = rows_per_lot - len(lot)
+    xs += [x[lot], np.zeros((pad,) + x.shape[1:], x.dtype)]
+    ys += [y[lot], np.zeros((pad,), y.dtype)]
+    ws += [np.ones(len(lot)), np.zeros(pad)]
+  return np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def test_an_empty_dataset_gives_no_rows():
+  """Nothing to check, marked or not, weighted or not."""
+  x, y = helpers.make_data("dense", N)
+  unweighted = tf.data.Dataset.from_tensor_slices((x[:0], y[:0])).batch(4)
+  weighted = _weighted_batches(x[:0], y[:0], np.zeros(0), 4)
+  marked = tf_dp.data.declare_sampling(
+      _weighted_batches(x[:0], y[:0], np.zeros(0), 4), "poisson", 0.1)
+  for dataset in (unweighted, weighted, marked):
+    assert _read(dataset, lots_for_evidence=3) is None
+
+
+def test_an_unweighted_dataset_gives_its_first_batch():
+  """Every row of a batch without weights is an example: the first batch
+  as it is."""
+  x, y = helpers.make_data("dense", N)
+  got = _read(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH))
+  np.testing.assert_array_equal(got[0], x[:BATCH])
+  np.testing.assert_array_equal(got[1], y[:BATCH])
+  assert got[2] is None
+
+
+def test_an_unmarked_dataset_gives_its_examples_of_positive_weight():
+  """Rows of weight 0 are left out; batches are read until 8 examples
+  (here the 4th batch of 4 rows, every other row weighted)."""
+  x, y = helpers.make_data("dense", N)
+  weight = np.tile([1.0, 0.0], N // 2)
+  got = _read(_weighted_batches(x, y, weight, 4))
+  np.testing.assert_array_equal(got[0], x[0:16:2])
+  np.testing.assert_array_equal(got[1], y[0:16:2])
+  np.testing.assert_array_equal(got[2], np.ones(8))
+
+
+def test_an_unmarked_dataset_is_read_at_most_16_batches():
+  """2 examples in the first 2 of 20 batches: read once, 16 batches, and
+  those 2 are checked."""
+  x, y = helpers.make_data("dense", N)
+  weight = np.zeros(N)
+  weight[[0, 2]] = 1.0
+  read = []
+  got = _read(_weighted_batches(x, y, weight, 2, read))
+  np.testing.assert_array_equal(got[0], x[[0, 2]])
+  assert len(read) == 16
+
+
+def test_an_unmarked_dataset_with_no_example_of_positive_weight():
+  """All weight 0: every gradient is 0 and nothing can be learned about
+  anyone; the first batch is given back (its rows prove nothing, and need
+  not). Over 16 batches, unread batches could hold examples: refused."""
+  x, y = helpers.make_data("dense", N)
+  got = _read(_weighted_batches(x, y, np.zeros(N), BATCH))
+  np.testing.assert_array_equal(got[0], x[:BATCH])
+  np.testing.assert_array_equal(got[2], np.zeros(BATCH))
+  with pytest.raises(first_batch._NoBatch, match="first 16 batch"):  # pylint: disable=protected-access
+    _read(_weighted_batches(x, y, np.zeros(N), 2))
+
+
+def test_an_unmarked_dataset_with_one_example_among_padding_is_refused():
+  """One example of positive weight in batches of several rows: the check
+  has no second example to change, and the reader cannot tell whether fit
+  mixes the padding with examples it did not read."""
+  x, y = helpers.make_data("dense", N)
+  weight = np.zeros(N)
+  weight[3] = 1.0
+  with pytest.raises(first_batch._NoBatch,  # pylint: disable=protected-access
+                     match="first 4 batch.*fewer than 2"):
+    _read(_weighted_batches(x, y, weight, BATCH))
+
+
+def test_a_dataset_of_one_example_gives_it_alone():
+  """Batches of one row cannot mix examples: the first batch (one row)
+  is given back, and the self-check, which needs 2 examples, cannot run
+  on it (it warns; fit trains: nothing else is in the batch)."""
+  x, y = helpers.make_data("dense", N)
+  got = _read(tf.data.Dataset.from_tensor_slices((x[:1], y[:1])).batch(4))
+  np.testing.assert_array_equal(got[0], x[:1])
+  got = _read(_weighted_batches(x[:1], y[:1], [1.0], 4))
+  np.testing.assert_array_equal(got[0], x[:1])
+  np.testing.assert_array_equal(got[2], [1.0])
+
+
+def test_a_marked_dataset_whose_first_lots_are_empty_reads_fresh_lots():
+  """Seed 70, q = 0.01, 2 lots over 40 examples: the first iteration drew
+  nobody; fresh lots are read until they hold examples, and those are
+  examples of the dataset with their labels and weight 1."""
+  x, y = helpers.make_data("dense", N)
+  lots = tf_dp.data.poisson_sampled_batches(x, y, 0.01, 2, seed=70)
+  first = [b[2].numpy().sum() for b in lots]
+  assert first == [0.0, 0.0]  # What this test relies on.
+  got = _read(lots, lots_for_evidence=100)
+  assert int(per_example.batch_size(got[0])) >= 2
+  np.testing.assert_array_equal(got[2], np.ones(len(got[2])))
+  for row, label in zip(got[0].numpy(), got[1].numpy()):
+    match = np.flatnonzero((x == row).all(1))
+    assert len(match) == 1 and y[match[0]] == label
+  assert len({r.tobytes() for r in got[0].numpy()}) >= 2
+
+
+def test_a_marked_dataset_of_empty_lots_is_read_until_the_evidence():
+  """Lots that all drew nobody: after ``lots_for_evidence`` batches of
+  them, the dataset holds no example of positive weight (all empty by
+  chance has probability below 1e-9) and the first lot is given back;
+  without that number (n unknown) they are read up to ``most_batches``
+  and refused."""
+  x, y = helpers.make_data("dense", N)
+  read = []
+  lots = tf_dp.data.declare_sampling(
+      _weighted_batches(x, y, np.zeros(N), BATCH, read), "poisson", 0.1)
+  got = _read(lots, lots_for_evidence=9)
+  np.testing.assert_array_equal(got[2], np.zeros(BATCH))
+  assert 9 <= len(read) < 9 + N // BATCH
+  read.clear()
+  with pytest.raises(first_batch._NoBatch, match="first 20 batch"):  # pylint: disable=protected-access
+    _read(lots, most_batches=20)
+  assert len(read) == 20
+
