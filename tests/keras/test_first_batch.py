@@ -271,6 +271,11 @@ def test_a_dataset_of_one_example_gives_it_alone():
   got = _read(_weighted_batches(x[:1], y[:1], [1.0], 4))
   np.testing.assert_array_equal(got[0], x[:1])
   np.testing.assert_array_equal(got[2], [1.0])
+  # Lots drawn from one example (q = 1: it is in every lot): the same
+  # example in every lot is one example, not 4.
+  lots = tf_dp.data.poisson_sampled_batches(x[:1], y[:1], 1.0, 4, seed=3)
+  got = _read(lots, lots_for_evidence=100)
+  np.testing.assert_array_equal(got[0], x[:1])
 
 
 def test_a_marked_dataset_whose_first_lots_are_empty_reads_fresh_lots():
@@ -308,3 +313,61 @@ def test_a_marked_dataset_of_empty_lots_is_read_until_the_evidence():
     _read(lots, most_batches=20)
   assert len(read) == 20
 
+
+@pytest.mark.parametrize("K", KERAS)
+def test_an_example_read_twice_does_not_hide_a_mixing_layer(K):
+  """Lots of example 0, of example 0 again, then of examples 1 and 2
+  (padded with zeros of weight 0). Checked on the 4 rows read, the check's
+  neighbour (the first row replaced by the second) equals the batch: the
+  batch-centring layer passed and trained on the lot of 1 and 2. A row
+  whose inputs equal a row read before is no new example: the check runs
+  on examples 0, 1 and 2 and refuses the layer before any step."""
+  x, y = helpers.make_data("dense", N)
+  lots = tf.data.Dataset.from_tensor_slices(
+      _padded_lots(x, y, [[0], [0], [1, 2]], BATCH)).batch(BATCH)
+  lots = tf_dp.data.declare_sampling(lots, "poisson", BATCH / N)
+  model = _batch_centring_model(K, sampling="poisson",
+                                sampling_probability=BATCH / N)
+  before = helpers.weights(model)
+  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
+    model.fit(lots, epochs=1, verbose=0)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert helpers.ledger_samples(model) == []
+
+
+def test_a_padded_lot_of_one_example_drawn_again_and_again_is_refused():
+  """Lots of one example among padding: however many lots are read, they
+  hold one example, which the check cannot compare with another; refused
+  (fit then asks for self_check=False or a check on a batch of the
+  user's own)."""
+  x, y = helpers.make_data("dense", N)
+  lots = tf.data.Dataset.from_tensor_slices(
+      _padded_lots(x, y, [[5]] * 3, 4)).batch(4)
+  lots = tf_dp.data.declare_sampling(lots, "poisson", 0.5)
+  with pytest.raises(first_batch._NoBatch,  # pylint: disable=protected-access
+                     match="first 30 batch.*fewer than 2"):
+    _read(lots, lots_for_evidence=3, most_batches=30)
+
+
+@pytest.mark.parametrize("kind", ["dense", "nest", "ragged", "sparse"])
+def test_rows_with_equal_inputs_are_one_example(kind):
+  """Rows 0 and 2 have equal inputs, whatever their kind (dense, a dict
+  of them, ragged, sparse): rows 0, 1 and 3 are read, in that order."""
+  values = [[1.0, 2.0], [3.0], [1.0, 2.0], [1.0, 2.0, 0.5]]
+  ragged = tf.ragged.constant(values)
+  x = {"dense": ragged.to_tensor(),
+       "nest": {"a": ragged.to_tensor(), "b": tf.constant([7, 8, 7, 9])},
+       "ragged": ragged,
+       "sparse": ragged.to_sparse()}[kind]
+  dataset = tf.data.Dataset.from_tensor_slices(
+      (x, tf.range(4), tf.ones([4]))).batch(2)
+  got = _read(dataset)
+  np.testing.assert_array_equal(got[1], [0, 1, 3])
+  expected = tf.gather(ragged, [0, 1, 3])
+  inputs = got[0]["a"] if kind == "nest" else got[0]
+  if kind == "ragged":
+    assert inputs.to_list() == expected.to_list()
+  else:
+    dense = (tf.sparse.to_dense(inputs) if kind == "sparse" else inputs)
+    np.testing.assert_array_equal(dense, expected.to_tensor())

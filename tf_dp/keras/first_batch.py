@@ -11,6 +11,7 @@ import collections.abc
 import math
 import types
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
@@ -101,14 +102,17 @@ def _lots_for_evidence(model, dataset):
 
 def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
                               rows=8, batches=16, most_batches=256):
-  """At least ``rows`` examples of positive weight (all a batch holds
-  without weights) from the first batches of ``dataset`` (at most
+  """At least ``rows`` distinct examples of positive weight (all a batch
+  holds without weights) from the first batches of ``dataset`` (at most
   ``batches``, once 2 are found), as ``(x, y, sample_weight)``; None for
   an empty dataset.
 
   A Poisson lot is padded with rows of weight 0 (zeros): a check on a
   small first lot's padding compares examples that are equal and whose
-  gradients are zero whatever the model does, and proves nothing. A marked
+  gradients are zero whatever the model does, and proves nothing. So does
+  a check on one example read twice (the check's neighbour replaces an
+  example by another of the rows read): a row whose inputs equal those of
+  a row read before is no new example. A marked
   dataset (``tf_dp.data.declared_sampling``) draws fresh lots each time it
   is iterated, so reading lots here changes none of those ``fit`` trains
   on, and lots that drew fewer than 2 examples say nothing about them:
@@ -125,7 +129,7 @@ def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
   """
   fresh = data_lots.declared_sampling(dataset) is not None
   limit = most_batches if fresh else batches
-  parts, first, widest, read, positive = [], None, 0, 0, 0
+  parts, first, widest, read, seen = [], None, 0, 0, set()
   while True:
     read_before = read
     for batch in dataset.take(limit - read):
@@ -135,10 +139,11 @@ def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
       first = batch if first is None else first
       read += 1
       widest = max(widest, int(per_example.batch_size(batch[0])))
-      parts.append(_positive_weight_rows(batch))
-      positive += int(per_example.batch_size(parts[-1][0]))
+      parts.append(_new_examples(batch, seen))
+      positive = len(seen)
       if positive >= rows or (positive >= 2 and read >= batches):
         return _joined(parts)
+    positive = len(seen)
     if positive >= 2:
       return _joined(parts)
     if read == read_before or read >= limit:
@@ -156,7 +161,7 @@ def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
   if first is None:
     return None
   raise _NoBatch(f"its first {read} batch(es) hold fewer than 2 "
-                 f"examples of positive weight")
+                 f"distinct examples of positive weight")
 
 
 def _joined(parts):
@@ -164,11 +169,19 @@ def _joined(parts):
       lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
 
 
-def _positive_weight_rows(batch):
-  """The rows of ``(x, y, sample_weight)`` whose weight is positive."""
+def _new_examples(batch, seen):
+  """The rows of ``(x, y, sample_weight)`` whose weight is positive and
+  whose inputs' key (``_input_keys``) is not in ``seen``, the first of
+  equal ones; their keys are added to ``seen``."""
   weight = tf.reshape(tf.cast(batch[2], tf.float32),
                       [per_example.batch_size(batch[2]), -1])[:, 0]
-  keep = tf.where(weight > 0)[:, 0]
+  positive = tf.where(weight > 0)[:, 0].numpy()
+  keep = []
+  for row, key in zip(positive, _input_keys(batch[0], positive)):
+    if key not in seen:
+      seen.add(key)
+      keep.append(row)
+  keep = tf.constant(keep, tf.int64)
 
   def gather(t):
     if isinstance(t, tf.SparseTensor):
@@ -177,6 +190,24 @@ def _positive_weight_rows(batch):
 
   return tuple(None if part is None else tf.nest.map_structure(gather, part)
                for part in batch)
+
+
+def _input_keys(x, rows):
+  """One key per row in ``rows`` of the inputs ``x`` (a nest of dense,
+  ragged or sparse tensors): rows with equal inputs have equal keys."""
+  columns = []
+  for t in tf.nest.flatten(x):
+    if isinstance(t, tf.SparseTensor):
+      t = tf.sparse.to_dense(t)
+    if isinstance(t, tf.RaggedTensor):
+      values = t.to_list()
+      columns.append([repr(values[i]) for i in rows])
+      continue
+    a = np.asarray(t)
+    columns.append([repr(a[i].tolist()) if a.dtype == object
+                    else (a.dtype.str, a[i].shape, a[i].tobytes())
+                    for i in rows])
+  return list(zip(*columns))
 
 
 def _concat_rows(parts):
