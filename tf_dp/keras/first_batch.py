@@ -112,11 +112,11 @@ def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
   gradients are zero whatever the model does, and proves nothing. So does
   a check on one example read twice (the check's neighbour replaces an
   example by another of the rows read): a row whose inputs equal those of
-  a row read before is no new example. A marked
-  dataset (``tf_dp.data.declared_sampling``) draws fresh lots each time it
-  is iterated, so reading lots here changes none of those ``fit`` trains
-  on, and lots that drew fewer than 2 examples say nothing about them:
-  such a dataset is iterated again (up to ``most_batches`` batches in all)
+  a row read before is no new example. A marked dataset
+  (``tf_dp.data.declared_sampling``) draws fresh lots each time it is
+  iterated, so reading lots here changes none of those ``fit`` trains on,
+  and lots that drew fewer than 2 examples say nothing about them: such a
+  dataset is read pass after pass (up to ``most_batches`` batches in all)
   until 2 examples are found, or until ``lots_for_evidence`` batches of
   lots held none at all (all empty, by chance, with probability below
   ``_EMPTY_LOTS_ODDS``: the dataset holds no example of positive weight,
@@ -128,45 +128,60 @@ def _weighted_rows_of_dataset(keras_backend, dataset, lots_for_evidence=None,
       holds no example of positive weight).
   """
   fresh = data_lots.declared_sampling(dataset) is not None
-  limit = most_batches if fresh else batches
-  parts, first, widest, read, seen = [], None, 0, 0, set()
-  while True:
-    read_before = read
-    for batch in dataset.take(limit - read):
-      batch = keras_backend.unpack_x_y_sample_weight(batch)
-      if batch[2] is None:
-        return batch
-      first = batch if first is None else first
-      read += 1
-      widest = max(widest, int(per_example.batch_size(batch[0])))
-      parts.append(_new_examples(batch, seen))
-      positive = len(seen)
-      if positive >= rows or (positive >= 2 and read >= batches):
-        return _joined(parts)
-    positive = len(seen)
-    if positive >= 2:
-      return _joined(parts)
-    if read == read_before or read >= limit:
-      break  # An empty dataset, or the reading budget is spent.
-    # The whole dataset was read, and held fewer than 2 examples.
-    if widest < 2:
-      return first  # Batches of one row: none can mix examples.
-    if positive == 0 and (not fresh or (
-        lots_for_evidence is not None and read >= lots_for_evidence)):
-      # No example of positive weight: every gradient is 0, the lots
-      # release noise only.
-      return first
-    if not fresh:
-      break
-  if first is None:
-    return None
-  raise _NoBatch(f"its first {read} batch(es) hold fewer than 2 "
+  found = _ExamplesRead()
+  for batch in (dataset.repeat().take(most_batches) if fresh
+                else dataset.take(batches)):
+    batch = keras_backend.unpack_x_y_sample_weight(batch)
+    if batch[2] is None:
+      return batch  # Without weights, every row is an example.
+    found.add(batch)
+    if found.count >= rows or (found.count >= 2 and found.batches >= batches):
+      return found.joined()
+    if (fresh and found.count == 0 and lots_for_evidence is not None
+        and found.batches >= lots_for_evidence):
+      return found.first  # The dataset holds no example of positive weight.
+  # Every batch that may be read is read.
+  if found.count >= 2:
+    return found.joined()
+  if found.first is None:
+    return None  # An empty dataset.
+  # Fewer than 2 examples. An unmarked dataset shorter than ``batches``
+  # was read whole; a marked one as often as ``most_batches`` allows.
+  unmarked_whole = not fresh and found.batches < batches
+  if (fresh or unmarked_whole) and found.widest < 2:
+    return found.first  # Batches of one row: none can mix examples.
+  if unmarked_whole and found.count == 0:
+    # No example of positive weight: every gradient is 0, the batches
+    # release noise only.
+    return found.first
+  raise _NoBatch(f"its first {found.batches} batch(es) hold fewer than 2 "
                  f"distinct examples of positive weight")
 
 
-def _joined(parts):
-  return tuple(None if part is None else tf.nest.map_structure(
-      lambda *ts: _concat_rows(ts), *part) for part in zip(*parts))
+class _ExamplesRead:
+  """What the batches ``(x, y, sample_weight)`` read so far hold: the first
+  batch, the most rows in one batch, and their distinct examples of
+  positive weight (``_new_examples``)."""
+
+  def __init__(self):
+    self.first, self.batches, self.widest = None, 0, 0
+    self._parts, self._seen = [], set()
+
+  @property
+  def count(self):
+    """How many distinct examples of positive weight were read."""
+    return len(self._seen)
+
+  def add(self, batch):
+    self.first = batch if self.first is None else self.first
+    self.batches += 1
+    self.widest = max(self.widest, int(per_example.batch_size(batch[0])))
+    self._parts.append(_new_examples(batch, self._seen))
+
+  def joined(self):
+    """The examples read, as one ``(x, y, sample_weight)``."""
+    return tuple(None if part is None else tf.nest.map_structure(
+        lambda *ts: _concat_rows(ts), *part) for part in zip(*self._parts))
 
 
 def _new_examples(batch, seen):
