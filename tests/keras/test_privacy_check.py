@@ -186,3 +186,29 @@ def test_the_fast_path_comparison_finds_norms_that_are_too_small(
   with pytest.raises(privacy_check.PrivacyCheckError,
                      match="fast clipped sum of variable .* differs"):
     tf_dp.keras.check_privacy(model, x, y)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("rows", [[0, 1, 2, 3, 0, 4], [0, 0, 1, 2]],
+                         ids=["row_4_is_row_0", "row_1_is_row_0"])
+def test_an_example_repeated_in_the_batch_does_not_hide_a_mixer(K, rows):
+  """The neighbour replaces example 0 by row 4 (row 1 in a batch of 4):
+  where that row had example 0's inputs, the neighbour equalled the batch
+  and a batch-mean layer passed. The replacement is the next row with
+  different inputs."""
+  layer = _Mixers(K).classes["batch_mean"](name="the_mixer")
+  model = _compiled(K, K.Sequential(
+      [K.Input((8, 8, 3)), K.layers.Conv2D(2, 3), layer,
+       K.layers.Flatten(), K.layers.Dense(3)]))
+  x, y = _images(8)
+  with pytest.raises(privacy_check.PrivacyCheckError, match="the_mixer"):
+    tf_dp.keras.check_privacy(model, x[rows], y[rows])
+
+
+def test_a_batch_of_one_example_repeated_is_refused():
+  """Copies of one example: no neighbour differs from the batch."""
+  K = KERAS[0].values[0]
+  model = _compiled(K, _cnn(K, "dropout"))
+  x, y = _images(1)
+  with pytest.raises(ValueError, match="different inputs; all 5 examples"):
+    tf_dp.keras.check_privacy(model, x[[0] * 5], y[[0] * 5])

@@ -11,7 +11,6 @@ import collections.abc
 import math
 import types
 
-import numpy as np
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
@@ -186,13 +185,13 @@ class _ExamplesRead:
 
 def _new_examples(batch, seen):
   """The rows of ``(x, y, sample_weight)`` whose weight is positive and
-  whose inputs' key (``_input_keys``) is not in ``seen``, the first of
+  whose inputs' key (``per_example.row_keys``) is not in ``seen``, the first of
   equal ones; their keys are added to ``seen``."""
   weight = tf.reshape(tf.cast(batch[2], tf.float32),
                       [per_example.batch_size(batch[2]), -1])[:, 0]
   positive = tf.where(weight > 0)[:, 0].numpy()
   keep = []
-  for row, key in zip(positive, _input_keys(batch[0], positive)):
+  for row, key in zip(positive, per_example.row_keys(batch[0], positive)):
     if key not in seen:
       seen.add(key)
       keep.append(row)
@@ -205,24 +204,6 @@ def _new_examples(batch, seen):
 
   return tuple(None if part is None else tf.nest.map_structure(gather, part)
                for part in batch)
-
-
-def _input_keys(x, rows):
-  """One key per row in ``rows`` of the inputs ``x`` (a nest of dense,
-  ragged or sparse tensors): rows with equal inputs have equal keys."""
-  columns = []
-  for t in tf.nest.flatten(x):
-    if isinstance(t, tf.SparseTensor):
-      t = tf.sparse.to_dense(t)
-    if isinstance(t, tf.RaggedTensor):
-      values = t.to_list()
-      columns.append([repr(values[i]) for i in rows])
-      continue
-    a = np.asarray(t)
-    columns.append([repr(a[i].tolist()) if a.dtype == object
-                    else (a.dtype.str, a[i].shape, a[i].tobytes())
-                    for i in rows])
-  return list(zip(*columns))
 
 
 def _concat_rows(parts):

@@ -230,6 +230,21 @@ def _check_fast_path(model, loss_fn, x, y, w, jac, repeat):
             f"DPOptimizer(..., per_example_method='vectorized').")
 
 
+def _replacement(x, batch, m):
+  """The row that replaces example 0 in the neighbour: the first of rows
+  ``m, ..., batch - 1, 1, ..., m - 1`` whose inputs differ from example
+  0's (a row with equal inputs would leave the batch as it was, and a
+  layer that mixes examples unseen)."""
+  others = list(range(m, batch)) + list(range(1, m))
+  keys = per_example.row_keys(x, [0] + others)
+  for row, key in zip(others, keys[1:]):
+    if key != keys[0]:
+      return row
+  raise ValueError(
+      "check_privacy needs a batch of at least 2 examples with different "
+      f"inputs; all {batch} examples have the inputs of the first.")
+
+
 def check_privacy(model: Any, x: Any, y: Any, sample_weight: Any = None,
                   num_examples: int = 4) -> None:
   """Verifies on a few examples that ``model`` trains privately with tf_dp.
@@ -242,8 +257,10 @@ def check_privacy(model: Any, x: Any, y: Any, sample_weight: Any = None,
   Args:
     model: A Keras model converted with ``tf_dp.keras.make_private`` and
       compiled (its loss is used).
-    x, y: A batch (arrays or tensors, nests allowed) of at least 2 examples;
-      the first ``num_examples`` are used.
+    x, y: A batch (arrays or tensors, nests allowed) of at least 2 examples
+      with different inputs; the first ``num_examples`` are used (in the
+      neighbour, the first of them is replaced by an example whose inputs
+      differ from its own).
     sample_weight: Optional per-example weights.
     num_examples: How many examples to use (2 or more).
 
@@ -262,7 +279,7 @@ def check_privacy(model: Any, x: Any, y: Any, sample_weight: Any = None,
                      f"got {batch}.")
   rows = list(range(m))
   # The neighbour: example 0 replaced by another example of the batch.
-  neighbour_rows = [m if batch > m else 1] + rows[1:]
+  neighbour_rows = [_replacement(x, batch, m)] + rows[1:]
   xn, yn = _rows(x, neighbour_rows), _rows(y, neighbour_rows)
   x, y = _rows(x, rows), _rows(y, rows)
   w = (tf.ones([m]) if sample_weight is None
