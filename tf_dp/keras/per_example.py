@@ -77,7 +77,7 @@ def row_keys(x, rows):
       columns.append([repr(values[i]) for i in rows])
       continue
     a = np.asarray(t)
-    columns.append([repr(a[i].tolist()) if a.dtype == object
+    columns.append([repr(np.asarray(a[i]).tolist()) if a.dtype == object
                     else (a.dtype.str, a[i].shape, a[i].tobytes())
                     for i in rows])
   return list(zip(*columns))
