@@ -99,6 +99,31 @@ def test_a_given_population_size_wins_and_warns_when_larger(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("split", [0.0, 0.5])
+def test_a_given_population_size_smaller_than_the_training_set_is_refused(
+    K, split):
+  """n is the size of the population the training examples come from, so it
+  is at least their number: a smaller n (a typo, the batch size, the number
+  of classes) would record lots of 10 from n = 8 as q = 1, an epsilon for
+  another data set. Refused before any update, naming both numbers and the
+  fix; the validation part does not count."""
+  x, y = helpers.make_data("dense", 40)
+  model = _private(K, population_size=8)
+  before = helpers.weights(model)
+  with pytest.raises(tf_dp.errors.SamplingMismatchError,
+                     match=r"population_size=8 .* trains on "
+                     f"{int(40 * (1 - split))} examples.*"
+                     r"population_size=len\(x_train\)"):
+    model.fit(x, y, batch_size=10, verbose=0, validation_split=split)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert not _samples(model)
+  model = _private(K, population_size=20)
+  model.fit(x, y, batch_size=10, verbose=0, validation_split=0.5)
+  assert {s["population_size"] for s in _samples(model)} == {20}
+
+
+@pytest.mark.parametrize("K", KERAS)
 def test_each_fit_records_the_n_it_trains_on(K):
   x, y = helpers.make_data("dense", 30)
   model = _private(K)

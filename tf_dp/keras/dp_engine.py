@@ -35,11 +35,13 @@ from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
 from tf_dp.errors import PrivacyError
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras.fast import clipped_sum as fast_clipping
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 GRADIENTS = lot_engine.GRADIENTS
@@ -69,10 +71,16 @@ class DPEngine(lot_engine.LotEngine):
     before any update instead of recording its lots with another data set's
     n. A given ``population_size`` larger than ``examples`` is kept, with a
     warning: it understates epsilon unless the training set was itself
-    drawn at random from that population.
+    drawn at random from that population. A given one smaller than
+    ``examples`` (of examples, not users) is refused: the lots would be
+    recorded as drawn from a population they do not fit in.
 
     Returns:
       Whether n was inferred (the caller must then forget it).
+
+    Raises:
+      SamplingMismatchError: if a given per-example ``population_size`` is
+        smaller than ``examples``.
     """
     cfg = self.config
     if cfg.population_size is None or cfg.population_size_inferred:
@@ -87,6 +95,16 @@ class DPEngine(lot_engine.LotEngine):
       cfg.population_size_inferred = True
       self.apply_inferred_population_size()
       return True
+    if (examples > cfg.population_size
+        and cfg.privacy_unit is PrivacyUnit.EXAMPLE):
+      raise SamplingMismatchError(
+          f"population_size={cfg.population_size} but fit trains on "
+          f"{examples} examples: population_size is the number of training "
+          f"examples n, at least the number fit trains on, and a smaller "
+          f"one records every lot with a q (batch / n) of another data set. "
+          f"Pass DPOptimizer(..., population_size=len(x_train)) (here "
+          f"{examples}, less any validation_split part), or leave it out to "
+          f"infer it from fit's arrays.")
     if examples < cfg.population_size:
       warnings.warn(
           f"population_size={cfg.population_size} but fit trains on "
