@@ -98,12 +98,51 @@ def test_budget_stops_before_target_is_exceeded(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_budget_reports_when_the_first_lot_already_exceeds(K):
+def test_budget_refuses_a_first_lot_that_already_exceeds(K):
+  """One lot of 16 of 64 with noise 2 costs 2.71 (PLD; 3.27 by RDP), more
+  than a target of 2.5: known from the optimizer and fit's arrays before
+  any step, so nothing is released and the error says what to change."""
   x, y = helpers.make_data("dense", 64)
   model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
-  # One lot costs 2.71 (PLD; 3.27 by RDP).
+  before = helpers.weights(model)
   budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=2.5)
-  model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[budget])
+  with pytest.raises(tf_dp.errors.PrivacyError,
+                     match=r"target_epsilon=2.5.*2\.71.*noise_multiplier"):
+    model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[budget])
+  assert not model.optimizer.ledger.to_dict()["samples"]
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_budget_plans_the_first_lots_before_any_step(K):
+  """q = 50/1000, noise 2: one lot costs 1.033 by PLD (fixed-size), two
+  1.187, more than a target of 1.1. Planned from the optimizer before the first
+  step, the fit stops after that one lot within the target; a custom
+  query, whose noise is known only from its first lot, still releases
+  one lot and reports that it exceeded the target."""
+  x, y = helpers.make_data("dense", 1000)
+  model = dense_model(K, 1000, l2_norm_clip=1.0, noise_multiplier=2.0)
+  one, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      1000, 50, 2.0, 50 / 1000, 1e-5, sampling="fixed_size")
+  two, _ = tf_dp.analysis.compute_dp_sgd_privacy(
+      1000, 50, 2.0, 100 / 1000, 1e-5, sampling="fixed_size")
+  assert one < 1.1 < two
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=1.1)
+  model.fit(x, y, batch_size=50, epochs=2, verbose=0, callbacks=[budget])
+  assert len(model.optimizer.ledger.to_dict()["samples"]) == 1
+  assert budget.epsilon() == pytest.approx(one, rel=1e-6)
+  assert not budget.exceeded
+  model = helpers.build_model(K, "dense")
+  model = tf_dp.keras.make_private(model, self_check=False)
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), dp_query=tf_dp.dp_query.GaussianSumQuery(1.0, 2.0),
+      population_size=64),
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=2.5)
+  with pytest.warns(UserWarning, match="exceeded target_epsilon=2.5"):
+    model.fit(x[:64], y[:64], batch_size=16, epochs=5, verbose=0,
+              callbacks=[budget])
   assert budget.exceeded
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 1
 

@@ -12,6 +12,7 @@ from absl import logging
 
 from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting
+from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
@@ -19,6 +20,7 @@ from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.keras.backend import callback
 from tf_dp.privacy_ledger import PrivacyLedger
+from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
@@ -135,9 +137,15 @@ class PrivacyBudget(_Callback):
   beyond the planned number, and no fixed-size or shuffled lot larger than
   the planned size (such a lot is dropped, nothing of it released, and
   training stops with a warning), so epsilon never exceeds the target
-  whatever the input, its batch sizes or ``steps_per_execution`` are
-  (except when the very first lot already does; then training stops after
-  it and ``exceeded`` is True). A correlated-noise run
+  whatever the input, its batch sizes or ``steps_per_execution`` are.
+  Before the first lot the plan comes from the optimizer (its noise
+  multiplier, n, and the Poisson q or the lot size of ``fit``'s arrays):
+  if one lot already exceeds the target, ``fit`` is refused before any
+  step. Where the cost of a lot is known only from a first one (a custom
+  ``dp_query``, private metrics, DP batch-norm statistics, microbatches,
+  a pipeline of shuffled or fixed-size lots), that first lot is released;
+  if it already exceeds the target, training stops after it with a
+  warning and ``exceeded`` is True. A correlated-noise run
   (``DPOptimizer(noise_strategy=...)``, ``fit(..., shuffle=False)``) is
   planned exactly before its first step: it runs the most steps t of the
   strategy whose released rows, with ``ceil(t / steps per pass)``
@@ -206,14 +214,74 @@ class PrivacyBudget(_Callback):
       self._plan_correlated_noise(self.ledger.correlated_noise)
       return
     runs = ledger_accounting.ledger_event_runs(self.ledger)
-    if not runs:
-      return
-    next_lot, self._max_lot_examples = self._largest_next_lot(runs)
+    if runs:
+      next_lot, self._max_lot_examples = self._largest_next_lot(runs)
+    else:
+      first = self._first_lot()
+      if first is None:
+        return
+      next_lot, self._max_lot_examples = first
     more = max_additional_steps_for_events(
         runs, next_lot, self.target_epsilon, self.delta,
         accountant=self.accountant, orders=self.orders)
+    if not runs and more == 0:
+      raise PrivacyError(
+          f"PrivacyBudget(target_epsilon={self.target_epsilon:g}) cannot "
+          f"be met: a single lot ({self._lot_description(next_lot)}) "
+          f"already costs epsilon = {self._cost(next_lot):.3g} at delta = "
+          f"{self.delta:g}. Nothing was released. Raise noise_multiplier "
+          f"(tf_dp.analysis.compute_noise_multiplier gives one for the "
+          f"target), use smaller lots, or raise target_epsilon.")
     self.exceeded = more < 0
+    if self.exceeded:
+      warnings.warn(
+          f"PrivacyBudget: the lots released so far already exceeded "
+          f"target_epsilon={self.target_epsilon:g} (epsilon = "
+          f"{self.epsilon():.3g}); training stops. The cost of a lot of a "
+          f"custom dp_query, private metrics or DP batch-norm statistics "
+          f"is known only from its first lot.", UserWarning)
     self._allowed_lots = sum(count for _, count in runs) + max(more, 0)
+
+  def _first_lot(self):
+    """``(event, examples)`` of the first lot, from the optimizer and
+    ``fit``'s arrays, before any is recorded; None when that is not known
+    beforehand (a custom ``dp_query``, private metrics, DP batch-norm
+    statistics, microbatches, lots of users of unknown size, or a
+    fixed-size or shuffled lot from a pipeline). The noise multiplier is
+    taken a hair lower than the optimizer's (the ledger records the
+    query's float32 stddev), so the plan never undercounts."""
+    engine = self._engine()
+    config = engine.config
+    if (config.dp_query is not None or config.noise_multiplier is None
+        or config.metrics_noise_stddev is not None
+        or config.num_microbatches is not None
+        or getattr(engine, "_bn_layers", None)
+        or config.population_size is None):
+      return None
+    n = int(config.population_size)
+    multiplier = float(config.noise_multiplier) * (1 - 1e-6)
+    if config.sampling == Sampling.POISSON:
+      return ledger_accounting.LedgerEvent(
+          config.sampling, float(config.sampling_probability), multiplier,
+          n, 1, config.privacy_unit), None
+    lot = engine.expected_lot_examples
+    if lot is None or config.privacy_unit is not PrivacyUnit.EXAMPLE:
+      return None
+    lot = min(n, int(lot))
+    return ledger_accounting.LedgerEvent(
+        config.sampling, lot / n, multiplier, n, 1,
+        config.privacy_unit), lot
+
+  @staticmethod
+  def _lot_description(event):
+    return (f"{event.sampling} sampling, q = {event.sampling_probability:.4g}"
+            f" of n = {event.population_size}, noise_multiplier = "
+            f"{event.noise_multiplier:.4g}")
+
+  def _cost(self, event):
+    return event_accounting.epsilon_of_runs(
+        [(event, 1)], self.delta, accountant=self.accountant,
+        orders=self.orders)[0]
 
   def _plan_correlated_noise(self, record):
     """Allows the most steps of the strategy whose release fits the
