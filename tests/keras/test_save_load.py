@@ -202,12 +202,17 @@ def test_open_lot_is_never_saved(K, tmp_path):
 def test_keras2_saved_model_refuses_then_continues_from_its_ledger(K,
                                                                    tmp_path):
   """Keras 2's SavedModel loader drops optimizer state (and so the ledger):
-  continuing is refused; the ledger is read from the SavedModel instead."""
+  reading the loaded optimizer's ledger (an epsilon of 0 for 8 lots) and
+  continuing are refused; the ledger is read from the SavedModel instead."""
   model = _trained(K)
   path = str(tmp_path / "saved_model")
   model.save(path, save_format="tf")
   loaded = tf_dp.keras.make_private(K.models.load_model(path))
   assert int(loaded.optimizer.iterations.numpy()) == 0  # State dropped.
+  with pytest.raises(tf_dp.errors.IncompleteLedgerError,
+                     match="applied 8 lots.*records only 0.*too small.*"
+                     "ledger_from_checkpoint"):
+    tf_dp.analysis.compute_epsilon_from_ledger(loaded.optimizer.ledger, 1e-5)
   with pytest.raises(ValueError, match="applied 8 lots"):
     _fit(loaded, 1)
   earlier = checkpoint_ledger.ledger_from_checkpoint(path)

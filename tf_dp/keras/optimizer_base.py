@@ -35,7 +35,18 @@ class DPOptimizerMixin:
 
   @property
   def ledger(self):
-    return self.dp_engine.ledger
+    """The ``PrivacyLedger`` of every lot this optimizer applied.
+
+    Raises:
+      IncompleteLedgerError: (eagerly) if the optimizer has applied more
+        lots than the ledger records: a ledger not restored with the model
+        (Keras 2's SavedModel drops it), whose epsilon would be too small.
+    """
+    ledger = self.dp_engine.ledger
+    if tf.executing_eagerly():
+      optimizer_state.check_ledger_covers(self._lots_applied(), ledger,
+                                          reading=True)
+    return ledger
 
   @tf.autograph.experimental.do_not_convert
   def private_step(self, model, loss, x, y, sample_weight=None):
@@ -109,7 +120,8 @@ class DPOptimizerMixin:
       self.build(var_list)
     self._restore_pending_dp_state()
     self.dp_engine.apply_inferred_population_size()
-    optimizer_state.check_ledger_covers(self._lots_applied(), self.ledger)
+    optimizer_state.check_ledger_covers(self._lots_applied(),
+                                        self.dp_engine.ledger)
 
   def _lots_applied(self):
     """Lots applied so far: the wrapped optimizer's step counter (one step

@@ -80,26 +80,33 @@ def restore_state(engine, state):
   engine.discard_lot()
 
 
-def check_ledger_covers(applied, ledger):
+def check_ledger_covers(applied, ledger, reading=False):
   """Raises if the optimizer applied more lots than the ledger recorded.
 
   Args:
     applied: Lots applied so far (the wrapped optimizer's step counter: one
       step per lot).
     ledger: The ``PrivacyLedger`` that training will continue.
+    reading: True when the ledger is being read (for its epsilon) rather
+      than continued.
 
   Raises:
-    ValueError: when the ledger of earlier training was not restored.
+    IncompleteLedgerError: when the ledger of earlier training was not
+      restored.
   """
   recorded = int(numpy(ledger.sample_count))  # Written and dropped.
   if applied <= recorded:
     return
+  what = ("tf_dp refuses to read this optimizer's privacy ledger"
+          if reading else "tf_dp refuses to continue training")
+  harm = ("its epsilon would be too small" if reading else
+          "continuing would under-report epsilon")
   raise IncompleteLedgerError(
-      f"tf_dp refuses to continue training: the optimizer has already "
+      f"{what}: the optimizer has already "
       f"applied {applied} lots (its `iterations`, or the count saved with "
       f"its config), but its privacy ledger records only {recorded}. The "
-      f"ledger of the earlier training was not restored, and continuing "
-      f"would under-report epsilon. Fix it in one of these ways: (1) load "
+      f"ledger of the earlier training was not restored, and {harm}. "
+      f"Fix it in one of these ways: (1) load "
       f"the model together with its ledger: `model.save` + "
       f"`keras.models.load_model` (.keras, or .h5 on Keras 2), "
       f"`save_weights` + `load_weights`, BackupAndRestore, or a "
