@@ -84,10 +84,10 @@ def check_non_negative(name: str, value: Any, hint: str = "") -> float:
 
 def check_positive(name: str, value: Any, hint: str = "") -> float:
   """Checks that ``value`` is a finite real number > 0."""
-  value = check_non_negative(name, value, hint)
-  if value == 0:
-    _fail(name, "> 0", 0, hint)
-  return value
+  if not is_real(value) or math.isnan(value) or math.isinf(value) or (
+      value <= 0):
+    _fail(name, "a finite real number > 0", value, hint)
+  return float(value)
 
 
 def check_probability(name: str, value: Any, hint: str = "") -> float:
