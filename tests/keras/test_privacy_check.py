@@ -212,3 +212,19 @@ def test_a_batch_of_one_example_repeated_is_refused():
   x, y = _images(1)
   with pytest.raises(ValueError, match="different inputs; all 5 examples"):
     tf_dp.keras.check_privacy(model, x[[0] * 5], y[[0] * 5])
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_an_example_with_a_zero_gradient_passes_without_numpy_warnings(K):
+  """An example of all-zero features through a Dense without bias has a
+  zero gradient: the reference's scale of that example is 1 (clip / norm
+  would overflow to inf under the huge clip of the check's second pass,
+  a RuntimeWarning on the user's first fit)."""
+  x, y = helpers.make_data("dense", 8)
+  x[1] = 0.0
+  model = K.Sequential([K.Input((6,)), K.layers.Dense(
+      3, use_bias=False,
+      kernel_initializer=K.initializers.GlorotUniform(seed=0))])
+  model = _compiled(K, tf_dp.keras.make_private(model))
+  with np.errstate(over="raise", divide="raise"):
+    tf_dp.keras.check_privacy(model, x, y)

@@ -207,7 +207,9 @@ def _check_fast_path(model, loss_fn, x, y, w, jac, repeat):
     query = GaussianSumQuery(clip, 0.0)
     # Each example's gradient scaled to norm at most ``clip``, summed: in
     # float64 from the jacobian's rows, independently of the query's code.
-    scales = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+    # (clip / max(norm, clip): exactly 1 up to the clip, never a division
+    # by a zero norm.)
+    scales = clip / np.maximum(norms, clip)
     reference = [np.tensordot(scales, g, 1) for g in rows]
     try:
       fast = repeat(lambda q=query, c=clip: fast_clipping.clipped_batch_sum(
