@@ -73,7 +73,8 @@ class DPEngine(lot_engine.LotEngine):
     warning: it understates epsilon unless the training set was itself
     drawn at random from that population. A given one smaller than
     ``examples`` (of examples, not users) is refused: the lots would be
-    recorded as drawn from a population they do not fit in.
+    recorded as drawn from a population they do not fit in (except with a
+    ``noise_strategy``, whose accounting does not use n).
 
     Returns:
       Whether n was inferred (the caller must then forget it).
@@ -96,7 +97,8 @@ class DPEngine(lot_engine.LotEngine):
       self.apply_inferred_population_size()
       return True
     if (examples > cfg.population_size
-        and cfg.privacy_unit is PrivacyUnit.EXAMPLE):
+        and cfg.privacy_unit is PrivacyUnit.EXAMPLE
+        and cfg.noise_strategy is None):  # Correlated noise: n unused.
       raise SamplingMismatchError(
           f"population_size={cfg.population_size} but fit trains on "
           f"{examples} examples: population_size is the number of training "
