@@ -265,6 +265,24 @@ def test_batch_not_divisible_into_microbatches_is_a_clear_error(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
+def test_short_last_batch_of_a_dataset_with_microbatches_is_a_clear_error(K):
+  """Batches 8, 8, 2 of a dataset (no static batch size) with 4
+  microbatches: the last one fails with tf_dp's message, not a Reshape
+  error, and the ledger records the two lots released (it recorded a
+  third, with 2 / 4 -> 0 examples per record, which made it unreadable)."""
+  x, y = helpers.make_data("dense", 18)
+  model = compile_dp(K, helpers.build_model(K, "dense"), 18, clip=1.0,
+                     noise=1.0, num_microbatches=4)
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="does not divide into num_microbatches=4"):
+    model.fit(data, verbose=0)
+  samples = model.optimizer.ledger.to_dict()["samples"]
+  assert [s["examples_per_record"] for s in samples] == [2, 2]
+  assert int(model.optimizer.iterations.numpy()) == 2
+
+
+@pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("method", METHODS)
 def test_batch_averaging_loss_function_is_evaluated_per_example(K, method):
   # A loss function that averages over its batch is evaluated on batches of

@@ -219,6 +219,9 @@ class DPEngine(lot_engine.LotEngine):
     params = self.sample_params()
     grad_params = params[GRADIENTS]
     num_records, reduction = self.records_per_replica(x)
+    if cfg.num_microbatches is not None:
+      x, y, sample_weight = per_example.divided_into_microbatches(
+          (x, y, sample_weight), num_records)
     fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight,
                                   grad_params, num_records, reduction)
     taps = None

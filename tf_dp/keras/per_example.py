@@ -159,8 +159,22 @@ def _examples_per_record(tensor, num_microbatches):
       and static_batch % num_microbatches):
     raise ValueError(message + f" Got a batch of {static_batch}.")
   batch = batch_size(tensor)
-  tf.debugging.assert_equal(batch % num_microbatches, 0, message=message)
-  return batch // num_microbatches
+  with tf.control_dependencies([tf.debugging.assert_equal(
+      batch % num_microbatches, 0, message=message)]):
+    return tf.identity(batch // num_microbatches)
+
+
+def divided_into_microbatches(batch, num_microbatches):
+  """``batch`` (a nest) whose dense tensors are read only once its size
+  is known to divide into ``num_microbatches``: every computation of the
+  step that reads the batch (a fast rule's reshape, the lot's counts and
+  so its ledger sample) waits for the check, so a short last batch fails
+  with tf_dp's message and leaves nothing recorded."""
+  per_record = _examples_per_record(tf.nest.flatten(batch)[0],
+                                    num_microbatches)
+  with tf.control_dependencies([per_record]):
+    return tf.nest.map_structure(
+        lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, batch)
 
 
 def _split_composite(tensor, num_microbatches):
