@@ -5,6 +5,7 @@ DP optimizer."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
@@ -34,6 +35,23 @@ weights = helpers.float64_weights
 def test_invalid_optimizer_arguments(kwargs, match):
   K = helpers.keras_modules()[0].values[0]
   with pytest.raises(ValueError, match=match):
+    tf_dp.DPOptimizer(K.optimizers.SGD(0.1), **kwargs)
+
+
+@pytest.mark.parametrize("argument", ["l2_norm_clip", "noise_multiplier"])
+@pytest.mark.parametrize("make", [tf.constant, tf.Variable],
+                         ids=["tensor", "variable"])
+def test_a_tensorflow_value_is_refused_with_the_fix(argument, make):
+  # The ledger and the accountants read these as numbers fixed when they
+  # are given: a tensor or variable (which a user might later assign,
+  # expecting the clip to follow) is refused, and the message says what
+  # to pass instead.
+  K = helpers.keras_modules()[0].values[0]
+  kwargs = dict(l2_norm_clip=1.0, noise_multiplier=1.0, population_size=10)
+  kwargs[argument] = make(1.0)
+  with pytest.raises(ValueError, match=(
+      f"{argument} must be .* pass a Python number .*"
+      "QuantileAdaptiveClipSumQuery")):
     tf_dp.DPOptimizer(K.optimizers.SGD(0.1), **kwargs)
 
 

@@ -49,7 +49,20 @@ def is_int(value: Any) -> bool:
       value, (bool, np.bool_))
 
 
+def _is_tensorflow_value(value):
+  """A TensorFlow tensor or variable (checked by its type's module: this
+  module does not import TensorFlow)."""
+  return type(value).__module__.split(".")[0] in ("tensorflow", "keras",
+                                                  "tf_keras")
+
+
 def _fail(name, domain, value, hint=""):
+  if _is_tensorflow_value(value):
+    hint += (f" {name} is fixed when it is given (the ledger and the "
+             f"accountants read it as a number), so a TensorFlow tensor or "
+             f"variable is not taken: pass a Python number (float(value) of "
+             f"an eager tensor). A clipping norm that adapts during "
+             f"training is tf_dp.dp_query.QuantileAdaptiveClipSumQuery.")
   raise ValueError(f"{name} must be {domain}; got {value!r}.{hint}")
 
 
