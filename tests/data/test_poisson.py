@@ -38,6 +38,23 @@ def test_fixed_shape_and_default_capacity():
   assert w.shape[0] == xb.shape[0]
 
 
+@pytest.mark.parametrize("batches_per_lot", [1, 3])
+def test_batches_have_a_static_size(batches_per_lot):
+  # The fast path chooses its per-layer methods from static shapes: with
+  # an unknown batch size the tutorial CNN's DP step took 155 ms instead
+  # of 32 ms (lots padded to 384 rows).
+  ds = poisson_sampled_batches(np.zeros((100, 4, 3), np.float32),
+                               np.zeros(100, np.int64), 0.1, 2, seed=0,
+                               max_batch_size=30,
+                               batches_per_lot=batches_per_lot)
+  rows = 30 // batches_per_lot
+  x_spec, y_spec, w_spec = ds.element_spec
+  assert x_spec.shape.as_list() == [rows, 4, 3]
+  assert y_spec.shape.as_list() == w_spec.shape.as_list() == [rows]
+  for xb, yb, w in ds:
+    assert xb.shape == (rows, 4, 3) and yb.shape == w.shape == (rows,)
+
+
 def test_sampling_is_unpredictable_by_default():
   a = [w.numpy().sum() for _, _, w in poisson_sampled_batches(
       np.zeros((1000, 1), np.float32), np.zeros(1000), 0.5, 3)]

@@ -283,8 +283,14 @@ def lot_dataset(
         seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]),
         minval=None, maxval=None, dtype=tf.int64)
     index, weight = choose(draws)
-    split = lambda t: tf.reshape(t, tf.concat(
-        [[batches_per_lot, -1], tf.shape(t)[1:]], 0))
+    def split(t):
+      out = tf.reshape(t, tf.concat([[batches_per_lot, -1], tf.shape(t)[1:]],
+                                    0))
+      rows = t.shape[0]
+      out.set_shape(tf.TensorShape(
+          [batches_per_lot, None if rows is None else rows // batches_per_lot]
+      ).concatenate(t.shape[1:]))
+      return out
     if weight is None:
       gather = lambda t: split(tf.gather(t, index))
     else:

@@ -80,8 +80,12 @@ def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
         size, lot_rows, message=(
             "tf_dp: a Poisson sample exceeded max_batch_size; raise it."))
     pad = lot_rows - size
-    index = tf.concat([chosen, tf.zeros([pad], tf.int64)], axis=0)
-    weight = tf.concat([tf.ones([size]), tf.zeros([pad])], axis=0)
+    # Static lot_rows rows: the batches' static shape lets the fast path
+    # take its per-layer methods that need the batch size.
+    index = tf.ensure_shape(
+        tf.concat([chosen, tf.zeros([pad], tf.int64)], axis=0), [lot_rows])
+    weight = tf.ensure_shape(
+        tf.concat([tf.ones([size]), tf.zeros([pad])], axis=0), [lot_rows])
     return index, weight
 
   return lots.lot_dataset(x, y, num_steps, seed, batches_per_lot, choose,
