@@ -26,6 +26,7 @@ from ``tf.vectorized_map`` (tests check 1e-5), at a cost close to one
 ordinary training step.
 """
 
+import contextlib
 import weakref
 from typing import Any, Dict, List, Tuple
 
@@ -422,30 +423,34 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   sq_norms = [None] * len(variables)
   states = []
   ordered = lot_lib.ordered_for_memory(variables)
-  for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
-    rule = rules[id(unit)]
-    # On a large model (lot_lib.ORDERED_FOR_MEMORY_WEIGHTS) the rule's work
-    # starts once the unit's output gradients exist: what it derives from
-    # the forward taps alone (float64 casts, Gram matrices, normalised
-    # inputs) would otherwise be computed during the forward pass and held
-    # through the whole backward pass, for every layer at once.
-    with tf.control_dependencies(_ready(grads) if ordered else []):
-      state = _prepare(rule, unit, taps, outs, grads, records)
-      unit_vars = rule.variables(unit)
-      unit_sq = rule.sq_norms(state)
-    for v, sq in zip(unit_vars, unit_sq):
-      sq_norms[index[id(v)]] = sq
-    states.append((rule, state, unit_vars))
-  keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
-  safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
-  scales, extra = query.record_scales(params, safe_sq)
-  scales = [tf.where(keep, s, tf.zeros_like(s)) for s in scales]
-  scaled_sum = [None] * len(variables)
-  for rule, state, unit_vars in states:
-    unit_scales = [scales[index[id(v)]] for v in unit_vars]
-    for v, total_v in zip(unit_vars,
-                          rule.clipped_sums(state, unit_scales, keep)):
-      scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
+  # Without microbatches a record is one example: rules keep its static
+  # sizes although the batch size may be unknown.
+  with (linear.one_example_per_record(records)
+        if num_microbatches is None else contextlib.nullcontext()):
+    for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
+      rule = rules[id(unit)]
+      # On a large model (lot_lib.ORDERED_FOR_MEMORY_WEIGHTS) the rule's work
+      # starts once the unit's output gradients exist: what it derives from
+      # the forward taps alone (float64 casts, Gram matrices, normalised
+      # inputs) would otherwise be computed during the forward pass and held
+      # through the whole backward pass, for every layer at once.
+      with tf.control_dependencies(_ready(grads) if ordered else []):
+        state = _prepare(rule, unit, taps, outs, grads, records)
+        unit_vars = rule.variables(unit)
+        unit_sq = rule.sq_norms(state)
+      for v, sq in zip(unit_vars, unit_sq):
+        sq_norms[index[id(v)]] = sq
+      states.append((rule, state, unit_vars))
+    keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
+    safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
+    scales, extra = query.record_scales(params, safe_sq)
+    scales = [tf.where(keep, s, tf.zeros_like(s)) for s in scales]
+    scaled_sum = [None] * len(variables)
+    for rule, state, unit_vars in states:
+      unit_scales = [scales[index[id(v)]] for v in unit_vars]
+      for v, total_v in zip(unit_vars,
+                            rule.clipped_sums(state, unit_scales, keep)):
+        scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
   extra_sum = tf.nest.map_structure(
       lambda e: tf.reduce_sum(tf.where(keep, e, tf.zeros_like(e)), 0), extra)
   out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,

@@ -64,7 +64,7 @@ def _patches(x, ks, st, dl, padding):
   if len(ks) == 3:
     patches = tf.extract_volume_patches(x, [1] + ks + [1], [1] + st + [1],
                                         padding)
-    return tf.reshape(patches, [tf.shape(x)[0], -1, features])
+    return linear.example_rows(patches, [features])
   one_hot = features <= ONE_HOT_PATCHES_MAX_FEATURES
   patches = None
   if not one_hot or x.shape[-1] >= GATHERED_PATCHES_MIN_CHANNELS:
@@ -78,7 +78,7 @@ def _patches(x, ks, st, dl, padding):
     patches = tf.image.extract_patches(
         x, sizes=[1] + ks + [1], strides=[1] + st + [1],
         rates=[1] + dl + [1], padding=padding)
-  return tf.reshape(patches, [tf.shape(x)[0], -1, features])
+  return linear.example_rows(patches, [features])
 
 
 def _window(size, kernel, stride, dilation, padding):
@@ -239,7 +239,7 @@ class ConvRule(linear.LinearRule):
     channels_in = layer.kernel.shape[-2]
     a = _patches(x, ks, st, dl, _padding(layer))
     a = _grouped(a, groups, channels_in)
-    g = tf.reshape(g, [tf.shape(g)[0], -1, groups, g.shape[-1] // groups])
+    g = linear.example_rows(g, [groups, g.shape[-1] // groups])
     return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
   def kernel_sum(self, layer, x, g):
@@ -276,7 +276,7 @@ def _depthwise_rows(layer, kernel, x, g, records):
   a = _patches(x, ks, st, dl, _padding(layer))  # [B, T, kh*kw*C]
   a = tf.reshape(a, [tf.shape(a)[0], tf.shape(a)[1], -1, channels])
   a = tf.transpose(a, [0, 1, 3, 2])  # [B, T, C, kh*kw]
-  g = tf.reshape(g, [tf.shape(g)[0], -1, channels, multiplier])
+  g = linear.example_rows(g, [channels, multiplier])
   return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
 
@@ -398,7 +398,7 @@ class Conv2DTransposeRule(linear.LinearRule):
   def kernel_rows(self, layer, x, g, records):
     ks, st = list(layer.kernel_size), list(layer.strides)
     a = _patches(g, ks, st, [1, 1], _padding(layer))  # [B, T_x, kh*kw*F]
-    x = tf.reshape(x, [tf.shape(x)[0], -1, x.shape[-1]])
+    x = linear.example_rows(x, [x.shape[-1]])
     return linear.per_record(a, records), linear.per_record(x, records)
 
   def kernel_sum(self, layer, x, g):

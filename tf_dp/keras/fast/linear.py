@@ -28,6 +28,8 @@ Only rank-3 matmuls are built (TF 2.21's oneDNN corrupts some rank-4 x
 rank-2 matmuls: see the shared TF facts).
 """
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -38,10 +40,53 @@ class FastPathUnavailable(Exception):
   """Raised at trace time when the model or query needs the fallback."""
 
 
+# Record counts (``records.ref()``) known to count one example per record
+# (no microbatches), while ``one_example_per_record`` is open.
+_ONE_EXAMPLE_RECORDS: set = set()
+
+
+@contextlib.contextmanager
+def one_example_per_record(records):
+  """Within, reshapes by ``records`` (a tensor counting records of one
+  example each) keep each record's static size when the batch size is
+  unknown (``dataset.batch(n)`` without ``drop_remainder``, a partial last
+  batch of arrays): rules choose their method (ghost norm, materialised or
+  kept gradients) from those sizes."""
+  key = records.ref() if isinstance(records, tf.Tensor) else None
+  if key is not None:
+    _ONE_EXAMPLE_RECORDS.add(key)
+  try:
+    yield
+  finally:
+    _ONE_EXAMPLE_RECORDS.discard(key)
+
+
+def _with_record_size(rows, records, size):
+  """``rows`` ``[R, ?, F]`` with static dim 1 ``size`` when ``records``
+  counts one example per record (the reshape could not infer it)."""
+  if (rows.shape[1] is None and size is not None
+      and isinstance(records, tf.Tensor)
+      and records.ref() in _ONE_EXAMPLE_RECORDS):
+    rows.set_shape([None, size, rows.shape[2]])
+  return rows
+
+
+def example_rows(t, trailing):
+  """``[B, *positions, C]`` -> ``[B, P, *trailing]`` (``trailing``'s
+  product is C): each example's positions as one axis, of static size P
+  when they are static, whatever the batch size."""
+  t = tf.convert_to_tensor(t)
+  positions = t.shape[1:-1].num_elements()
+  if positions is None:
+    return tf.reshape(t, [tf.shape(t)[0], -1] + list(trailing))
+  return tf.reshape(t, [-1, positions] + list(trailing))
+
+
 def per_record(t, records):
   """[B, ..., d] -> [R, (B / R) * prod(...), d]."""
   t = tf.convert_to_tensor(t)
-  return tf.reshape(t, [records, -1, tf.shape(t)[-1]])
+  return _with_record_size(tf.reshape(t, [records, -1, tf.shape(t)[-1]]),
+                           records, t.shape[1:-1].num_elements())
 
 
 def record_mass(mass, records):
@@ -105,12 +150,15 @@ def per_example(t, records, per_record_values):
 def grouped_rows(t, records):
   """[B, T, G, F] -> [R * G, m * T, F]: rows of one record and group."""
   t = tf.convert_to_tensor(t)
-  groups, features = t.shape[2], t.shape[3]
+  positions, groups, features = t.shape[1], t.shape[2], t.shape[3]
   if groups == 1:
-    return tf.reshape(t, [records, -1, features])
+    return _with_record_size(tf.reshape(t, [records, -1, features]),
+                             records, positions)
   t = tf.reshape(t, [records, -1, tf.shape(t)[1], groups, features])
   t = tf.transpose(t, [0, 3, 1, 2, 4])
-  return tf.reshape(t, [-1, tf.shape(t)[2] * tf.shape(t)[3], features])
+  return _with_record_size(
+      tf.reshape(t, [-1, tf.shape(t)[2] * tf.shape(t)[3], features]),
+      records, positions)
 
 
 def use_ghost_sizes(t, k, c):
