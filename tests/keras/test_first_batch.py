@@ -62,6 +62,17 @@ def _every_fit_input(K, x, y):
   }
 
 
+def _assert_refused_before_any_step(model, **fit_kwargs):
+  """fit raises PrivacyCheckError and leaves the weights and the ledger as
+  they were."""
+  before = helpers.weights(model)
+  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
+    model.fit(epochs=1, verbose=0, **fit_kwargs)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert helpers.ledger_samples(model) == []
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("given",
                          ["arrays", "dataset", "generator", "batches"])
@@ -73,12 +84,7 @@ def test_the_self_check_runs_on_every_input_kind(K, given):
   model = _batch_centring_model(K)
   inputs = _every_fit_input(K, x, y)
   kwargs = inputs[given] if given in inputs else list(inputs.values())[-1]
-  before = helpers.weights(model)
-  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
-    model.fit(epochs=1, verbose=0, **kwargs)
-  for a, b in zip(before, helpers.weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert helpers.ledger_samples(model) == []
+  _assert_refused_before_any_step(model, **kwargs)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -129,12 +135,7 @@ def test_padding_rows_do_not_hide_a_mixing_layer(K):
   lots = tf_dp.data.declare_sampling(lots, "poisson", BATCH / N)
   model = _batch_centring_model(K, sampling="poisson",
                                 sampling_probability=BATCH / N)
-  before = helpers.weights(model)
-  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
-    model.fit(lots, epochs=1, verbose=0)
-  for a, b in zip(before, helpers.weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert helpers.ledger_samples(model) == []
+  _assert_refused_before_any_step(model, x=lots)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -149,13 +150,8 @@ def test_lots_that_drew_nobody_do_not_skip_the_self_check(K):
   lots = tf_dp.data.poisson_sampled_batches(x, y, 0.01, 2, seed=70)
   model = _batch_centring_model(K, sampling="poisson",
                                 sampling_probability=0.01)
-  before = helpers.weights(model)
   with pytest.warns(UserWarning, match="seed=70"):
-    with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
-      model.fit(lots, epochs=1, verbose=0)
-  for a, b in zip(before, helpers.weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert helpers.ledger_samples(model) == []
+    _assert_refused_before_any_step(model, x=lots)
 
 
 # What ``_weighted_rows_of_dataset`` reads from a dataset, and when it stops.
@@ -328,12 +324,7 @@ def test_an_example_read_twice_does_not_hide_a_mixing_layer(K):
   lots = tf_dp.data.declare_sampling(lots, "poisson", BATCH / N)
   model = _batch_centring_model(K, sampling="poisson",
                                 sampling_probability=BATCH / N)
-  before = helpers.weights(model)
-  with pytest.raises(tf_dp.keras.privacy_check.PrivacyCheckError):
-    model.fit(lots, epochs=1, verbose=0)
-  for a, b in zip(before, helpers.weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert helpers.ledger_samples(model) == []
+  _assert_refused_before_any_step(model, x=lots)
 
 
 def test_a_padded_lot_of_one_example_drawn_again_and_again_is_refused():
