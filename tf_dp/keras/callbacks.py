@@ -246,16 +246,15 @@ class PrivacyBudget(_Callback):
     """``(event, examples)`` of the first lot, from the optimizer and
     ``fit``'s arrays, before any is recorded; None when that is not known
     beforehand (a custom ``dp_query``, private metrics, DP batch-norm
-    statistics, microbatches, lots of users of unknown size, or a
-    fixed-size or shuffled lot from a pipeline). The noise multiplier is
-    taken a hair lower than the optimizer's (the ledger records the
-    query's float32 stddev), so the plan never undercounts."""
+    statistics or an optimizer not built yet, microbatches, lots of users
+    of unknown size, or a fixed-size or shuffled lot from a pipeline). The
+    noise multiplier is taken a hair lower than the optimizer's (the ledger
+    records the query's float32 stddev), so the plan never undercounts."""
     engine = self._engine()
     config = engine.config
     if (config.dp_query is not None or config.noise_multiplier is None
-        or config.metrics_noise_stddev is not None
+        or not engine.noises_gradients_only  # None: not yet known.
         or config.num_microbatches is not None
-        or getattr(engine, "_bn_layers", None)
         or config.population_size is None):
       return None
     n = int(config.population_size)

@@ -135,6 +135,15 @@ class DPEngine(lot_engine.LotEngine):
     if float(self.ledger.population_size.numpy()) != cfg.population_size:
       self.ledger.set_sample_size(population_size=cfg.population_size)
 
+  @property
+  def noises_gradients_only(self):
+    """Whether each lot's noised release is the gradient sum alone (no DP
+    batch-norm statistics, no private metrics); None before the engine is
+    built, when the model's DP batch-norm layers are not yet known."""
+    if not self.built:
+      return None
+    return not self._bn_layers and self.config.metrics_noise_stddev is None
+
   def build(self, var_list, model=None):
     """Creates the queries and their state variables for ``var_list``.
 
