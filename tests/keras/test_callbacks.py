@@ -9,7 +9,9 @@ import pytest
 import tensorflow as tf
 
 import tf_dp
+from tf_dp.core import lot
 from tests.keras import helpers
+from tests.keras import users
 
 
 KERAS = helpers.keras_modules()
@@ -206,3 +208,95 @@ def test_budget_never_releases_a_lot_larger_than_it_planned(K):
   assert len(weights) == 2  # the dropped lot changed no weight
   for a, b in zip(*weights):
     np.testing.assert_array_equal(a, b)
+
+
+def _user_lots(K):
+  """A user-level Poisson model and its lots (q = 0.5 of 12 users)."""
+  x, y, ids = users.user_data()
+  model = helpers.compile_dp(
+      K, helpers.build_model(K, "dense"), 12, noise_multiplier=1.1,
+      sampling="poisson", sampling_probability=0.5, privacy_unit="user",
+      max_examples_per_user=users.K_ROWS)
+  return model, tf_dp.data.poisson_sampled_users(x, y, ids, 0.5, 2,
+                                                 users.K_ROWS, seed=1)
+
+
+def _first_lots(K, lots):
+  """``(model, data, fit kwargs)`` whose first lot PrivacyBudget plans."""
+  x, y = helpers.make_data("dense", 64)
+  if lots == "user_poisson":
+    model, data = _user_lots(K)
+    return model, data, {}
+  if lots == "poisson":
+    model = dense_model(K, 64, noise_multiplier=1.3, sampling="poisson",
+                        sampling_probability=0.25)
+    return model, tf_dp.data.poisson_sampled_batches(x, y, 0.25, 2,
+                                                     seed=1), {}
+  accumulation = 2 if lots == "shuffled_accumulated" else 1
+  model = dense_model(K, 64, noise_multiplier=1.3,
+                      gradient_accumulation_steps=accumulation)
+  return model, (x, y), dict(batch_size=16)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize(
+    "lots", ["poisson", "user_poisson", "shuffled", "shuffled_accumulated"])
+def test_the_planned_first_lot_is_the_lot_fit_records(K, lots):
+  """PrivacyBudget plans the first lot before any step from the optimizer
+  and fit's arrays; the ledger then records what the step did. The two
+  must be one event, field by field (the plan's noise multiplier a hair
+  lower: the ledger holds the query's float32 stddev)."""
+  model, data, kwargs = _first_lots(K, lots)
+  budget = tf_dp.keras.PrivacyBudget(delta=1e-5)
+  planned = []
+  plan = K.callbacks.LambdaCallback(on_train_begin=lambda logs: planned.append(
+      budget._first_lot()))  # pylint: disable=protected-access
+  args = data if isinstance(data, tuple) else (data,)
+  model.fit(*args, epochs=1, verbose=0, callbacks=[budget, plan], **kwargs)
+  assert planned[0] is not None
+  event, examples = planned[0]
+  recorded = tf_dp.analysis.ledger.ledger_events(model.optimizer.ledger)[0]
+  assert (event.sampling, event.population_size, event.examples_per_record,
+          event.privacy_unit) == (
+              recorded.sampling, recorded.population_size,
+              recorded.examples_per_record, recorded.privacy_unit)
+  assert event.sampling_probability == pytest.approx(
+      recorded.sampling_probability, rel=1e-12)
+  # Never undercounts: at most the recorded multiplier, within float32.
+  assert event.noise_multiplier <= recorded.noise_multiplier
+  assert event.noise_multiplier == pytest.approx(recorded.noise_multiplier,
+                                                 rel=1e-5)
+  expected = {"shuffled": 16, "shuffled_accumulated": 32}.get(lots)
+  assert examples == expected
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("lots", ["fixed_size_microbatches", "shuffled"])
+def test_the_sampling_rule_on_numbers_is_the_event_the_step_records(K, lots):
+  """The rule PrivacyBudget plans with (``lot_sampling_event`` on Python
+  numbers) gives the event fit's step records, for the lots the plan
+  cannot foresee too: microbatches (a record holds examples / records
+  examples) and the short last lot of a pass (q = its examples / n)."""
+  x, y = helpers.make_data("dense", 40)
+  if lots == "fixed_size_microbatches":
+    model = dense_model(K, 40, sampling="fixed_size", num_microbatches=4)
+    model.fit(tf_dp.data.fixed_size_sampled_batches(x, y, 16, 2, seed=1),
+              epochs=1, verbose=0)
+    counts = [(4, 16), (4, 16)]  # (records, examples) of each lot
+  else:
+    model = dense_model(K, 40)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    counts = [(16, 16), (16, 16), (8, 8)]
+  config = model.optimizer.dp_engine.config
+  recorded = tf_dp.analysis.ledger.ledger_events(model.optimizer.ledger)
+  assert len(recorded) == len(counts)
+  for (records, examples), event in zip(counts, recorded):
+    rule = lot.lot_sampling_event(config, 40, records, examples)
+    assert (rule.sampling, rule.population_size, rule.examples_per_record,
+            rule.privacy_unit) == (
+                event.sampling, event.population_size,
+                event.examples_per_record, event.privacy_unit)
+    assert rule.sampling_probability == pytest.approx(
+        event.sampling_probability, rel=1e-12)
+  assert recorded[0].examples_per_record == (
+      4 if lots == "fixed_size_microbatches" else 1)

@@ -141,21 +141,68 @@ def denominator(config: DPConfig, ledger: PrivacyLedger,
   return tf.cast(records, tf.float32)
 
 
+def lot_sampling_event(config: DPConfig, population_size: Any, records: Any,
+                       examples: Any) -> SamplingEvent:
+  """How a lot of ``records`` records holding ``examples`` examples, drawn
+  under ``config`` from ``population_size`` units, is accounted.
+
+  The one rule for a lot's sampling event: what the DP step records
+  (``sampling_event``) and what ``tf_dp.keras.PrivacyBudget`` plans before
+  the first lot. q is the sampler's ``config.sampling_probability`` for
+  Poisson lots (the size drawn is private) and ``min(examples / n, 1)`` for
+  fixed-size and shuffled lots; a record holds ``examples / records``
+  examples with microbatches, else one; the event records
+  ``config.privacy_unit`` (with ``"user"``, n and ``examples`` count users
+  and a record is one user).
+
+  Works on Python numbers (a plan; the fields are Python numbers) and on
+  float64 tensors (the graph; ``records`` may be of another float dtype).
+  ``examples`` is read only for fixed-size and shuffled lots and with
+  microbatches, ``records`` only with microbatches: a plan of a Poisson lot
+  without microbatches may pass None for both.
+
+  Args:
+    config: The ``DPConfig`` of the step.
+    population_size: n, the number of units the lot is drawn from.
+    records: The lot's number of records.
+    examples: The lot's number of examples (users, for user-level lots).
+
+  Returns:
+    A ``tf_dp.privacy_ledger.SamplingEvent``: tensor fields where the rule
+    reads a tensor, Python numbers where it gives a constant.
+  """
+  if config.sampling is Sampling.POISSON:
+    q = config.sampling_probability
+  else:
+    q = _at_most_one(_ratio(examples, population_size))
+  per_record = 1
+  if config.num_microbatches is not None:
+    per_record = _ratio(examples, records)
+  return SamplingEvent(population_size, q, config.sampling, per_record,
+                       config.privacy_unit)
+
+
+def _ratio(numerator: Any, denominator: Any) -> Any:
+  """``numerator / denominator``: in the numerator's dtype for tensors."""
+  if tf.is_tensor(numerator):
+    return numerator / tf.cast(denominator, numerator.dtype)
+  return numerator / denominator
+
+
+def _at_most_one(value: Any) -> Any:
+  return tf.minimum(value, 1.0) if tf.is_tensor(value) else min(value, 1.0)
+
+
 def sampling_event(config: DPConfig, ledger: PrivacyLedger, records: tf.Tensor,
                    examples: tf.Tensor) -> SamplingEvent:
-  """How one lot was drawn, as the ledger records it.
+  """How one lot was drawn, as the ledger records it
+  (``lot_sampling_event``).
 
   Everything comes from ``config`` (what the step does) and from what was
   drawn, never from the ledger's stored defaults, so a ledger built for
   another mechanism (or restored with other values) records this step's
   lots as they were: n is the ledger's current ``population_size`` (set
-  from ``config``, or inferred from ``fit``'s arrays); q is the sampler's
-  ``config.sampling_probability`` for Poisson lots (the size drawn is
-  private) and ``examples / n`` for fixed-size and shuffled lots; a record
-  holds ``examples / records`` examples with microbatches, else one. With
-  ``config.privacy_unit="user"`` the units are users: n is the number of
-  users, ``examples`` counts the lot's users, a record is one user, and the
-  event records the unit.
+  from ``config``, or inferred from ``fit``'s arrays).
 
   Args:
     config: The ``DPConfig`` of the step.
@@ -164,19 +211,12 @@ def sampling_event(config: DPConfig, ledger: PrivacyLedger, records: tf.Tensor,
     examples: The lot's number of examples (float32).
 
   Returns:
-    A ``tf_dp.privacy_ledger.SamplingEvent`` (tensor fields).
+    A ``tf_dp.privacy_ledger.SamplingEvent`` whose fields are float64
+    tensors or Python numbers (the ledger writes both as float64).
   """
-  n = tf.cast(ledger.population_size, tf.float64)
-  examples = tf.cast(examples, tf.float64)
-  if config.sampling is Sampling.POISSON:
-    q = tf.constant(config.sampling_probability, tf.float64)
-  else:
-    q = tf.minimum(examples / n, 1.0)
-  if config.num_microbatches is not None:
-    per_record = examples / tf.cast(records, tf.float64)
-  else:
-    per_record = tf.constant(1.0, tf.float64)
-  return SamplingEvent(n, q, config.sampling, per_record, config.privacy_unit)
+  return lot_sampling_event(config,
+                            tf.cast(ledger.population_size, tf.float64),
+                            records, tf.cast(examples, tf.float64))
 
 
 def release(query: DPQuery, lot: Nest, global_state: Nest,

@@ -16,6 +16,7 @@ from tf_dp.analysis import event_accounting
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
 from tf_dp.analysis.budget import max_additional_steps_for_events
+from tf_dp.core import lot as lot_lib
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.keras.backend import callback
@@ -258,18 +259,18 @@ class PrivacyBudget(_Callback):
         or config.population_size is None):
       return None
     n = int(config.population_size)
-    multiplier = float(config.noise_multiplier) * (1 - 1e-6)
-    if config.sampling == Sampling.POISSON:
-      return ledger_accounting.LedgerEvent(
-          config.sampling, float(config.sampling_probability), multiplier,
-          n, 1, config.privacy_unit), None
-    lot = engine.expected_lot_examples
-    if lot is None or config.privacy_unit is not PrivacyUnit.EXAMPLE:
-      return None
-    lot = min(n, int(lot))
+    lot = None  # A Poisson lot's event does not depend on its size.
+    if config.sampling != Sampling.POISSON:
+      lot = engine.expected_lot_examples
+      if lot is None or config.privacy_unit is not PrivacyUnit.EXAMPLE:
+        return None
+      lot = min(n, int(lot))
+    # One example per record: no microbatches.
+    event = lot_lib.lot_sampling_event(config, n, lot, lot)
     return ledger_accounting.LedgerEvent(
-        config.sampling, lot / n, multiplier, n, 1,
-        config.privacy_unit), lot
+        event.sampling, float(event.sampling_probability),
+        float(config.noise_multiplier) * (1 - 1e-6), n,
+        int(event.examples_per_record), event.privacy_unit), lot
 
   @staticmethod
   def _lot_description(event):
