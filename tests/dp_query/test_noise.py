@@ -10,11 +10,13 @@ such statistics in a CI run of both stacks: below 1e-8 per run), on
 samples 1.69 times larger, so that the bounds are as tight as 5 sd were.
 """
 
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -293,6 +295,43 @@ def test_mirrored_strategy_draws_once_per_step(secure):
   assert result["replicas_equal"] and result["steps_differ"]
   # 4000 values: the sample stddev has sd 1/sqrt(8000) = 1.1%; 6% is 5 sd.
   assert result["std"] == pytest.approx(1.0, rel=0.06)
+
+
+@pytest.mark.parametrize("strategy", ["default", "one_device"])
+def test_a_users_function_that_creates_the_key_is_traced_once(monkeypatch,
+                                                              strategy):
+  """A query's noising called in the user's own tf.function, with no key
+  yet for the strategy: the trace creates the key eagerly, outside the
+  function's variable capture, so the function runs its first trace (a
+  variable created by a trace would make TensorFlow trace it again)."""
+  if strategy == "default":  # The key of no strategy exists yet.
+    monkeypatch.setattr(noise, "_KEYS", weakref.WeakKeyDictionary())
+    scope = contextlib.nullcontext()
+  else:  # A new strategy has no key yet.
+    scope = tf.distribute.OneDeviceStrategy("/cpu:0").scope()
+  query = GaussianSumQuery(1.0, 2.0)
+  keys = lambda: len(noise._KEYS)  # pylint: disable=protected-access
+  with scope:
+    keys_before = keys()
+    state = query.initial_global_state()
+
+    @tf.function
+    def noised_sum(records):
+      params = query.derive_sample_params(state)
+      sample = query.initial_sample_state(records[0])
+      for i in range(2):
+        sample = query.accumulate_record(params, sample, records[i])
+      return query.get_noised_result(sample, state)[0]
+
+    records = tf.zeros([2, 1000])
+    first, second = noised_sum(records), noised_sum(records)
+    assert keys() == keys_before + 1  # Created by the trace.
+  assert noised_sum.experimental_get_tracing_count() == 1
+  # Fresh noise per call (the key's draw counter advances), stddev 2.
+  assert not np.any(first.numpy() == second.numpy())
+  # 2000 values: the sample stddev has sd 1/sqrt(4000) = 1.6%; 8% is 5 sd.
+  assert np.std(np.concatenate([first, second])) == pytest.approx(2.0,
+                                                                   rel=0.08)
 
 
 def test_float64_sums_get_float64_noise():

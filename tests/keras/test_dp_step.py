@@ -200,3 +200,21 @@ def test_converted_backend_is_the_adapter_of_a_converted_model_only(K):
   adapter = dp_step.converted_backend(converted)
   assert adapter is backend.for_object(model)
   assert isinstance(converted, adapter.module().Model)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_custom_loop_step_that_builds_the_dp_state_is_traced_once(K):
+  """The first private_step, in the user's tf.function, creates the DP
+  state (lot, ledger, optimizer slots) eagerly and outside the function's
+  variable capture: the function runs the one trace it made, and each call
+  records one lot."""
+  x, y = helpers.make_data("dense", 8)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+  optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0,
+                                population_size=8)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  step = tf.function(lambda x, y: optimizer.private_step(model, loss, x, y))
+  for _ in range(2):
+    step(tf.constant(x), tf.constant(y))
+  assert step.experimental_get_tracing_count() == 1
+  assert len(optimizer.ledger.to_dict()["samples"]) == 2

@@ -56,6 +56,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.dp_query import eager_variables
 from tf_dp.dp_query import xla_context
 from tf_dp.dp_query.dp_query import Nest
 
@@ -316,12 +317,14 @@ def create_process_key() -> None:
   would otherwise create; nothing in a tf.compat.v1 graph, which draws from
   os.urandom).
 
-  A ``tf.function`` whose trace creates a variable is traced a second time
-  before it runs; creating the key with the rest of the DP state, before
-  the training step is traced, keeps that step to one trace. The key's
-  secrecy and use are unchanged: it stays out of every checkpoint.
+  The key is created eagerly, outside the variable capture of any
+  ``tf.function`` being traced (``eager_variables.creation_scope``, as the
+  first draw creates it too), so no function is traced twice for it;
+  creating it here, with the rest of the DP state, makes it exist before
+  the training step is traced. The key's secrecy and use are unchanged: it
+  stays out of every checkpoint.
   """
-  with tf.init_scope():
+  with eager_variables.creation_scope():
     if tf.executing_eagerly():
       _process_key()
 
@@ -335,7 +338,7 @@ def _os_entropy_seed():
 def _secret_seed():
   """A fresh secret seed: from the process key in eager and ``tf.function``
   code (XLA included); from os.urandom per draw in a tf.compat.v1 graph."""
-  with tf.init_scope():
+  with eager_variables.creation_scope():
     key = _process_key() if tf.executing_eagerly() else None
   if key is None:
     return _os_entropy_seed()

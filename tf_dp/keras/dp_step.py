@@ -5,6 +5,7 @@
 import tensorflow as tf
 
 from tf_dp.core import vectorized
+from tf_dp.dp_query import eager_variables
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
@@ -29,20 +30,6 @@ def _check_dense_labels(y, sample_weight):
           f"or use one label per example.")
 
 
-def _not_lifted(next_creator, **kwargs):
-  """Creates a variable that the enclosing ``tf.function`` does not capture.
-
-  Under ``tf.init_scope`` a variable is created eagerly, but a
-  ``tf.function`` whose trace is running still records it among the
-  variables its trace created, and traces the function a second time before
-  running it. The DP state is created eagerly, once, for every later trace:
-  none of them needs the first trace's variable capture (which exists to
-  lift initializers out of the graph).
-  """
-  kwargs["experimental_enable_variable_lifting"] = False
-  return next_creator(**kwargs)
-
-
 def private_step(model, optimizer, loss_fn, x, y, sample_weight):
   """One DP step of a converted model: the body of ``fit``'s train step and
   of ``DPOptimizer.private_step``.
@@ -62,7 +49,7 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
         f"built. Give it an Input layer, or call it once on a batch "
         f"(`model(x)`) before the first DP step.")
   variables = model.trainable_variables
-  with tf.init_scope(), tf.variable_creator_scope(_not_lifted):
+  with eager_variables.creation_scope():
     optimizer.ensure_built(variables, model)  # Eagerly, once.
   penalty, checked = None, []
   if model_checks.adds_losses(model, x):
