@@ -78,8 +78,9 @@ def batch_data(kind, batch):
   return x, rng.integers(0, classes, batch).astype("int32")
 
 
-def make_model(mode, kind, jit, stack="keras3", method="auto"):
-  """A compiled model (plain or DP) and a dataset repeating one batch."""
+def make_model(mode, kind, jit, stack="keras3", method="auto", frozen=None):
+  """A compiled model (plain or DP) of the given kind; ``frozen``: the
+  index, among its layers with weights, of one made not trainable."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_dp  # pylint: disable=g-import-not-at-top
   if stack == "tf_keras":
@@ -87,6 +88,8 @@ def make_model(mode, kind, jit, stack="keras3", method="auto"):
   else:
     keras = tf.keras
   model = build(keras, kind)
+  if frozen is not None:
+    [layer for layer in model.layers if layer.weights][frozen].trainable = False
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   if mode == "dp":
     # The first-fit privacy self-check is a one-time cost outside the timed
