@@ -25,8 +25,13 @@ class CorrelatedNoiseLedger(tf.Module):
 
   Privacy contract: ``record_sample`` counts every released step and
   counts as *inconsistent* a step whose clip or stddev differs from the
-  first step's, or whose index is not the count so far (the query's state
-  and the ledger out of step, e.g. one restored without the other); the
+  first step's, whose index is not the count so far (the query's state
+  and the ledger out of step, e.g. one restored without the other), or
+  which comes after fixed-order passes were declared
+  (``set_steps_per_pass``) but outside the steps they were declared for
+  (``train_on_batch`` or ``private_step`` after a ``fit``: its examples
+  are not a pass's, so the participation recorded for it would not
+  hold); the
   accountant refuses a ledger with inconsistent steps, with more steps
   than the strategy was built for, or with a participation scheme beyond
   the promise. ``record_participation`` must be told the passes and the
@@ -82,6 +87,10 @@ class CorrelatedNoiseLedger(tf.Module):
     # custom loop then records its participation itself).
     self.steps_per_pass = tf.Variable(0, dtype=tf.int64, trainable=False,
                                       name=f"{name}/steps_per_pass")
+    # The step count at which the declared fixed-order passes end: a step
+    # at or beyond it, with steps_per_pass declared, is inconsistent.
+    self.declared_steps_end = tf.Variable(
+        0, dtype=tf.int64, trainable=False, name=f"{name}/declared_steps_end")
     # SHA-256 of the examples of a fixed-order pass ("" until declared).
     self.data_digest = tf.Variable("", dtype=tf.string, trainable=False,
                                    name=f"{name}/data_digest")
@@ -125,15 +134,18 @@ class CorrelatedNoiseLedger(tf.Module):
     first = tf.equal(count, 0)
     same = tf.logical_and(tf.equal(clip, self.l2_norm_clip),
                           tf.equal(stddev, self.noise_stddev))
-    consistent = tf.logical_and(tf.logical_or(first, same),
-                                tf.equal(step, count))
+    per_pass = self.steps_per_pass.read_value()
+    known = per_pass > 0
+    outside_passes = tf.logical_and(
+        known, count >= self.declared_steps_end.read_value())
+    consistent = tf.logical_and(
+        tf.logical_and(tf.logical_or(first, same), tf.equal(step, count)),
+        tf.logical_not(outside_passes))
     writes = [
         self.l2_norm_clip.assign(tf.where(first, clip, self.l2_norm_clip)),
         self.noise_stddev.assign(tf.where(first, stddev, self.noise_stddev)),
         self.inconsistent_steps.assign_add(
             tf.cast(tf.logical_not(consistent), tf.int64))]
-    per_pass = self.steps_per_pass.read_value()
-    known = per_pass > 0
     passes = tf.where(known, count // tf.maximum(per_pass, 1) + 1,
                       tf.zeros([], tf.int64))
     writes.append(self.record_participation(passes, per_pass))
@@ -141,12 +153,25 @@ class CorrelatedNoiseLedger(tf.Module):
       with tf.control_dependencies([self.steps_run.assign_add(1)]):
         return tf.constant(True)
 
-  def set_steps_per_pass(self, steps: int, data_digest: str = "") -> None:
-    """``check_steps_per_pass(steps, data_digest)``, then declares them
-    (eager)."""
+  def set_steps_per_pass(self, steps: int, data_digest: str,
+                         passes: int) -> None:
+    """``check_steps_per_pass(steps, data_digest)``, then declares that the
+    next ``passes`` whole passes take the examples in that order (eager).
+
+    Steps after them (or after ``end_declared_passes``) are counted as
+    inconsistent until passes are declared again.
+    """
     self.check_steps_per_pass(steps, data_digest)
+    passes = checks.check_steps("passes", passes)
     self.steps_per_pass.assign(steps)
     self.data_digest.assign(data_digest)
+    self.declared_steps_end.assign(self.steps_run + passes * steps)
+
+  def end_declared_passes(self) -> None:
+    """Ends the declared passes at the steps run so far (eager): a
+    ``fit`` that declared them has returned or stopped."""
+    self.declared_steps_end.assign(tf.minimum(self.declared_steps_end,
+                                              self.steps_run))
 
   def check_steps_per_pass(self, steps: int, data_digest: str = "") -> None:
     """Checks (eager) a declaration that the steps to come take the
@@ -154,8 +179,9 @@ class CorrelatedNoiseLedger(tf.Module):
     once per pass: every step then records the passes so far and a
     separation of ``steps`` (``Keras fit(..., shuffle=False)`` on arrays).
 
-    ``data_digest`` names the examples of a pass in their order (a hash);
-    it must stay the same for the whole run.
+    ``data_digest`` names the examples of a pass in their order and how
+    they are cut into steps (a hash); it must stay the same for the whole
+    run.
 
     Raises:
       PrivacyError: if another number of steps per pass or another
@@ -164,13 +190,6 @@ class CorrelatedNoiseLedger(tf.Module):
         separation than recorded).
     """
     steps = checks.check_positive_int("steps_per_pass", steps)
-    known = self.data_digest.numpy().decode()
-    if known and known != data_digest:
-      raise PrivacyError(
-          "These training examples differ from those of the first passes "
-          "of this correlated-noise run (another order or other examples): "
-          "an example could then take part in two steps closer than a pass "
-          "apart. Continue with the same examples in the same order.")
     declared = int(self.steps_per_pass.numpy())
     run = int(self.steps_run.numpy())
     if declared not in (0, steps):
@@ -179,6 +198,15 @@ class CorrelatedNoiseLedger(tf.Module):
           f"pass of {steps} steps would bring two participations of one "
           f"example closer than recorded. Keep the batch size (and the "
           f"training examples) of the first fit.")
+    known = self.data_digest.numpy().decode()
+    if known and known != data_digest:
+      raise PrivacyError(
+          "These training examples differ from those of the first passes "
+          "of this correlated-noise run, or are cut into steps differently "
+          "(another order, other examples, or another batch size or "
+          "gradient_accumulation_steps): an example could then take part "
+          "in two steps closer than a pass apart. Continue with the same "
+          "examples in the same order and the same lots.")
     if run and (declared == 0 or run % steps):
       raise PrivacyError(
           f"{run} steps were run before, which is not a whole number of "

@@ -210,3 +210,48 @@ def test_budget_stops_a_correlated_noise_fit_at_the_target(K):
   for w, b in zip(model.get_weights(), before):
     np.testing.assert_array_equal(w, b)
 
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_later_fit_cutting_the_arrays_into_other_lots_is_refused(K):
+  # 24 examples in batches of 8 or of 11 are both 3 steps per pass, but
+  # example 8 is at step 1 of the first pass and step 0 (run step 3) of the
+  # second: 2 steps apart, while the record would say 3 (a pass).
+  x, y = helpers.make_data("dense", N)
+  model = _model(K, noise_strategy=mf.banded_strategy(6, 3), max_passes=2)
+  _fit(K, model, x, y, 1)
+  before = [w.copy() for w in model.get_weights()]
+  with pytest.raises(PrivacyError, match="another batch size"):
+    model.fit(x, y, batch_size=11, epochs=1, shuffle=False, verbose=0)
+  for w, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(w, b)
+  assert model.optimizer.ledger.correlated_noise.to_dict()["steps_run"] == 3
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_steps_outside_fit_after_a_fit_are_refused(K):
+  # After a pass of fit, a step on the first batch again would be example
+  # 0's second participation 3 steps after its first, and a third one 1
+  # step later: the record (passes a pass apart) would not hold.
+  x, y = helpers.make_data("dense", N)
+  model = _model(K, noise_strategy=mf.banded_strategy(6, 1), max_passes=2)
+  _fit(K, model, x, y, 1)
+  ledger = model.optimizer.ledger
+  before = [w.copy() for w in model.get_weights()]
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with pytest.raises(PrivacyError, match="train_on_batch step"):
+    model.train_on_batch(x[:BATCH], y[:BATCH])
+  with pytest.raises(PrivacyError, match="private_step step"):
+    model.optimizer.private_step(model, loss, x[:BATCH], y[:BATCH])
+  for w, b in zip(model.get_weights(), before):
+    np.testing.assert_array_equal(w, b)
+  assert ledger.correlated_noise.to_dict()["steps_run"] == 3
+  # A step traced in a tf.function is not checked before it runs: the
+  # record counts it as outside the passes and is refused.
+  step = tf.function(lambda a, b: model.optimizer.private_step(
+      model, loss, a, b))
+  step(x[:BATCH], y[:BATCH])
+  record = ledger.correlated_noise.to_dict()
+  assert record["steps_run"] == 4 and record["inconsistent_steps"] == 1
+  with pytest.raises(PrivacyError, match="outside the fixed-order passes"):
+    tf_dp.analysis.compute_epsilon_from_ledger(ledger, 1e-5)

@@ -135,9 +135,12 @@ def check_run(ledger: Any) -> Dict[str, Any]:
   if r["inconsistent_steps"]:
     raise PrivacyError(
         f"{r['inconsistent_steps']} step(s) were released with another "
-        f"clip or noise stddev than the first, or out of the strategy's "
-        f"order (the query's and the ledger's step counts differ): the "
-        f"strategy's sensitivity assumes one clip and one stddev throughout.")
+        f"clip or noise stddev than the first, out of the strategy's "
+        f"order (the query's and the ledger's step counts differ), or "
+        f"outside the fixed-order passes a fit declared (train_on_batch or "
+        f"private_step after fit): the strategy's sensitivity assumes one "
+        f"clip and one stddev throughout, and the participation recorded "
+        f"holds for the declared passes only.")
   if steps_run and not passes:
     raise PrivacyError(
         "The ledger does not say how often an example took part: record the "

@@ -213,7 +213,7 @@ def check_correlated_noise_fit(engine, bound, examples):
         f"lots of gradient_accumulation_steps={per_lot} batches.")
   steps_per_pass = batches // per_lot
   ledger = engine.ledger.correlated_noise
-  digest = _training_data_digest(bound, examples)
+  digest = _training_data_digest(bound, examples, batch_size * per_lot)
   ledger.check_steps_per_pass(steps_per_pass, digest)
   run = int(ledger.steps_run.numpy())
   epochs = int(bound.get("epochs", 1)) - int(bound.get("initial_epoch", 0))
@@ -232,14 +232,49 @@ def check_correlated_noise_fit(engine, bound, examples):
         f"{strategy.bands} bands: one example's participations would share "
         f"noise rows. Use a strategy with at most {steps_per_pass} bands, or "
         f"smaller batches.")
-  ledger.set_steps_per_pass(steps_per_pass, digest)
+  ledger.set_steps_per_pass(steps_per_pass, digest, passes=max(epochs, 0))
 
 
-def _training_data_digest(bound, examples):
+def end_correlated_noise_fit(engine):
+  """With ``noise_strategy``: ends the passes the last
+  ``check_correlated_noise_fit`` declared (call when that ``fit`` returns
+  or raises): a later step outside a ``fit`` (``train_on_batch``,
+  ``private_step``) is then recorded as outside the fixed order, and the
+  record is refused."""
+  ledger = getattr(engine.ledger, "correlated_noise", None)
+  if engine.config.noise_strategy is not None and ledger is not None:
+    ledger.end_declared_passes()
+
+
+def check_step_outside_fit(engine, call):
+  """Refuses (eagerly, before the step) a ``call`` step of a
+  correlated-noise run whose earlier steps were ``fit``'s fixed-order
+  passes: its examples are not a pass's, and the participation the ledger
+  records for the passes would not hold.
+
+  Raises:
+    PrivacyError: naming ``fit(..., shuffle=False)`` as the way on.
+  """
+  ledger = getattr(engine.ledger, "correlated_noise", None)
+  if (engine.config.noise_strategy is None or ledger is None
+      or not int(ledger.steps_per_pass.numpy())):
+    return
+  raise PrivacyError(
+      f"This correlated-noise run's steps so far were fit's passes over its "
+      f"arrays in one fixed order, accounted as each example taking part "
+      f"once per pass, a pass apart. A {call} step takes examples outside "
+      f"that order (an example could take part again at once), so the "
+      f"record would no longer hold. Continue with fit(..., shuffle=False) "
+      f"on the same arrays.")
+
+
+def _training_data_digest(bound, examples, rows_per_lot):
   """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
-  order: a later fit of the same correlated-noise run must take the same
-  examples in the same order."""
+  order, and of the rows per lot: a later fit of the same correlated-noise
+  run must take the same examples in the same order, cut into the same
+  lots (the step of example i in a pass is ``i // rows_per_lot``)."""
   digest = hashlib.sha256()
+  digest.update(f"rows_per_lot{int(rows_per_lot)}".encode())
   for part in ("x", "y", "sample_weight"):
     for leaf in tf.nest.flatten(bound.get(part)):
       if leaf is None:

@@ -12,6 +12,7 @@ import tensorflow as tf
 from tf_dp.core import config as config_lib
 from tf_dp.errors import PrivacyError
 from tf_dp.keras import dp_step
+from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state
 
@@ -94,6 +95,9 @@ class DPOptimizerMixin:
           "private_step needs a model converted with "
           "`model = tf_dp.keras.make_private(model)` (it refuses layers "
           "that mix examples and draws per-example dropout masks).")
+    if tf.executing_eagerly():
+      # Traced steps are refused by the correlated-noise record instead.
+      fit_sampling.check_step_outside_fit(self.dp_engine, "private_step")
     loss_fn = losses_lib.per_example_loss_from(loss, keras_backend)
     _, losses, _ = dp_step.private_step(model, self, loss_fn, x, y,
                                         sample_weight)

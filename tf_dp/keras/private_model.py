@@ -96,6 +96,8 @@ def _dp_train_on_batch(self, *args, **kwargs):
   show (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``)."""
   if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
     fit_sampling.checked_arguments(self, "train_on_batch", args, kwargs)
+    fit_sampling.check_step_outside_fit(self.optimizer.dp_engine,
+                                        "train_on_batch")
     # Keras reuses the step traced by an earlier fit, whose n (inferred
     # from that fit's arrays) is no longer known: check it here.
     self.optimizer.dp_engine.require_population_size()
@@ -171,6 +173,8 @@ def _dp_fit(self, *args, **kwargs):
   finally:
     if inferred:  # That n was this fit's only.
       engine.forget_inferred_population_size()
+    if engine is not None:  # Its passes end with it.
+      fit_sampling.end_correlated_noise_fit(engine)
 
 
 def make_private(model: Any, self_check: bool = True) -> Any:
