@@ -113,6 +113,12 @@ def test_ledger_records_the_participation_run(K, tmp_path):
   # Its record would not be restored with the model: saving is refused.
   with pytest.raises(PrivacyError, match="cannot be saved"):
     model.save(str(tmp_path / "model.keras"))
+  # save_weights to '.weights.h5' holds the optimizer too (both flavours):
+  # the message names get_weights; Keras 2's legacy '.h5' leaves it out.
+  with pytest.raises(PrivacyError, match="get_weights.*legacy '.h5'"):
+    model.save_weights(str(tmp_path / "model.weights.h5"))
+  if K.__name__ == "tf_keras":
+    model.save_weights(str(tmp_path / "model.h5"))
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -50,9 +50,12 @@ def export_state(engine):
         "A model trained with DPOptimizer(..., noise_strategy=...) cannot be "
         "saved with its optimizer: the correlated-noise record and noise "
         "state would not be restored, and a continued run would be "
-        "accounted without its first part. Save the weights alone "
-        "(model.save_weights with the optimizer left out, or "
-        "model.get_weights()) and keep ledger.to_json().")
+        "accounted without its first part. Save the weights alone, "
+        "model.get_weights() (e.g. with numpy.savez; Keras 3's save_weights "
+        "and .keras files hold the optimizer too; on Keras 2, "
+        "save_weights to a legacy '.h5' file and model.save to an '.h5' "
+        "file with include_optimizer=False leave it out), and keep "
+        "ledger.to_json().")
   buffers = engine.ledger.export_buffers()
   return {saved: buffers[key] for saved, key in _SAVED_NAMES}
 
