@@ -88,6 +88,20 @@ def test_fixed_size_lots_hold_exactly_the_users_asked_for():
     check_lot(first + second, k)  # no user in both batches of a lot
 
 
+def test_ids_of_mixed_kinds_are_refused():
+  # np.asarray([1, "1"]) is ["1", "1"]: two users would be sampled and
+  # clipped as one (and an object array of both fails to sort).
+  x, y = X[:4], Y[:4]
+  for ids in ([1, "1", 2, 2], np.array([1, "1", 2, 2], dtype=object),
+              [b"a", "a", "b", "b"]):
+    with pytest.raises(ValueError, match="user_ids mixes ids of kinds"):
+      poisson_sampled_users(x, y, ids, 0.5, 2, 3)
+  # One kind in several types (int, numpy int, float) stays as numpy reads
+  # it: 1, np.int64(1) and 1.0 are one user.
+  dataset = fixed_size_sampled_users(x, y, [1, np.int64(1), 1.0, 2], 2, 1, 3)
+  assert declared_sampling(dataset).population_size == 2
+
+
 def test_bad_arguments_name_the_argument():
   with pytest.raises(ValueError, match="user_ids must hold one user id per "
                      "example: a 1-D array of 155"):

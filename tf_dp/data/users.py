@@ -22,6 +22,7 @@ record, so no user id needs to reach the model. Elements are
 """
 
 import math
+import numbers
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -33,9 +34,34 @@ from tf_dp.data import poisson
 from tf_dp.sampling import Sampling
 
 
+def _id_kind(user_id: Any) -> str:
+  """What kind of value a user id is: equal ids of one kind are one user."""
+  if isinstance(user_id, (str, np.str_)):
+    return "str"
+  if isinstance(user_id, (bytes, np.bytes_)):
+    return "bytes"
+  if isinstance(user_id, (numbers.Number, np.number)):
+    return "number"
+  return type(user_id).__name__
+
+
 def _user_index(x: Any, user_ids: Any) -> Tuple[np.ndarray, int]:
-  """Each example's user as an index in [0, users), and the users."""
+  """Each example's user as an index in [0, users), and the users.
+
+  Raises:
+    ValueError: if the ids mix kinds (numbers and strings, say): numpy
+      would make ``1`` and ``"1"`` one user (or fail to order them).
+  """
   n = len(tf.nest.flatten(x)[0])
+  if not isinstance(user_ids, np.ndarray) or user_ids.dtype == object:
+    kinds = sorted({_id_kind(u) for u in np.asarray(user_ids,
+                                                     dtype=object).ravel()})
+    if len(kinds) > 1:
+      raise ValueError(
+          f"user_ids mixes ids of kinds {kinds}: numpy would turn 1 and "
+          f"'1' into one user (or fail to order them), and two people "
+          f"read as one user are not protected as users. Give every id "
+          f"the same type (e.g. all strings).")
   ids = np.asarray(user_ids)
   if ids.ndim != 1 or len(ids) != n:
     raise ValueError(f"user_ids must hold one user id per example: a 1-D "
