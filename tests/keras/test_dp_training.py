@@ -327,6 +327,39 @@ def test_poisson_training_records_poisson_samples(K):
   assert {s["sampling"] for s in samples} == {"poisson"}
 
 
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("method", METHODS)
+def test_poisson_padding_rows_are_no_records_of_an_adaptive_clip(K, method):
+  # A Poisson lot of 4 examples padded to 8 rows (weight 0). Each example's
+  # gradient is far above the clip (unclipped bit -1/2); the padding rows'
+  # zero gradients would count as unclipped (+1/2) and change the bit sum
+  # by 1, not 1/2, when an example takes a padding row's place. Without
+  # noise and with eta = 1 the new clip is C exp(-(f - 1/2)), f = sum of
+  # the present examples' bits / 8 + 1/2 = 1/4.
+  x, y = helpers.make_data("dense", 8)
+  x[:4] *= 100.0
+  x[4:], y[4:] = 0.0, 0
+  weight = np.array([1, 1, 1, 1, 0, 0, 0, 0], np.float32)
+  n, expected_records, clip = 100, 8.0, 1e-3
+  query = tf_dp.dp_query.QuantileAdaptiveClipSumQuery(
+      clip, 0.0, 0.5, 1.0, 0.0, expected_records)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
+                                   self_check=False)
+  optimizer = tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.0), dp_query=query, population_size=n,
+      sampling="poisson", sampling_probability=expected_records / n,
+      per_example_method=method)
+  model.compile(optimizer=optimizer,
+                loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  data = tf_dp.data.declare_sampling(
+      tf.data.Dataset.from_tensors((x, y, weight)), "poisson",
+      expected_records / n, n)
+  model.fit(data, epochs=1, verbose=0)
+  new_clip = optimizer.dp_engine.global_state["grads"].l2_norm_clip
+  assert float(new_clip.numpy()) == pytest.approx(clip * math.exp(0.25),
+                                                  rel=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("K", KERAS[:1])
 def test_short_mnist_fit_learns_with_noise_and_matches_accountant(K):

@@ -231,8 +231,19 @@ class DPEngine(lot_engine.LotEngine):
     if cfg.num_microbatches is not None:
       x, y, sample_weight = per_example.divided_into_microbatches(
           (x, y, sample_weight), num_records)
+    # A Poisson lot's padding rows (weight 0) are no records of the lot:
+    # every part leaves them out (an adaptive clip would count a padding
+    # record's zero gradient as unclipped).
+    present = record_present = None
+    if sample_weight is not None and cfg.sampling == Sampling.POISSON:
+      present = tf.cast(tf.reshape(sample_weight, [-1]) > 0, tf.float32)
+      record_present = present
+      if num_records is not None:
+        record_present = tf.reduce_max(tf.reshape(
+            present, tf.stack([tf.cast(num_records, tf.int32), -1])), 1)
     fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight,
-                                  grad_params, num_records, reduction)
+                                  grad_params, num_records, reduction,
+                                  record_present)
     taps = None
     if fast is not None:
       grads_sum, y_pred, losses, records, taps = fast
@@ -249,19 +260,16 @@ class DPEngine(lot_engine.LotEngine):
       grads, y_pred, losses = per_example.record_gradients(
           model, loss_fn, x, y, sample_weight, num_records, reduction)
       grads_sum = vectorized.clipped_sum(self.gradient_query, grad_params,
-                                         grads)
+                                         grads, weights=record_present)
       records = tf.shape(tf.nest.flatten(grads)[0])[0]
     records = tf.cast(records, tf.float32)
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
-    present = None
-    if sample_weight is not None and cfg.sampling == Sampling.POISSON:
-      present = tf.cast(tf.cast(sample_weight, tf.float32) > 0, tf.float32)
+    if present is not None:
       examples = tf.reduce_sum(present)
     if cfg.privacy_unit == "user":
       examples = records
       if present is not None:
-        examples = tf.reduce_sum(tf.reduce_max(
-            tf.reshape(present, [tf.cast(records, tf.int32), -1]), 1))
+        examples = tf.reduce_sum(record_present)
     batch_sum = {GRADIENTS: grads_sum}
     for key, layer in self._bn_layers.items():
       batch_sum[key] = self._bn_sum(key, params[key], taps[id(layer)],
@@ -292,8 +300,9 @@ class DPEngine(lot_engine.LotEngine):
                                   (labels, y_pred), weights=present)
 
   def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params,
-                        num_records, reduction):
-    """The fast path's result, or None (after logging why) to fall back."""
+                        num_records, reduction, record_present):
+    """The fast path's result, or None (after logging why) to fall back;
+    records whose ``record_present`` is 0 are left out of the sum."""
     method = self.config.per_example_method
     if method == "vectorized":
       return None
@@ -306,7 +315,8 @@ class DPEngine(lot_engine.LotEngine):
       try:
         result = fast_clipping.clipped_batch_sum(
             model, loss_fn, x, y, sample_weight, self.gradient_query, params,
-            num_records, return_taps=True, record_reduction=reduction)
+            num_records, return_taps=True, record_reduction=reduction,
+            record_weights=record_present)
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
             fast_clipping.clipping_plan(model))

@@ -380,7 +380,7 @@ def _prepare(rule, unit, taps, outputs, grads, records):
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
                       num_microbatches=None, return_taps=False,
-                      record_reduction="mean"):
+                      record_reduction="mean", record_weights=None):
   """Sum over the batch's records of ``query.preprocess_record(grads)``.
 
   A record is one example, or ``batch / num_microbatches`` consecutive
@@ -390,6 +390,12 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   positions of one record, so its norms are those of the record's whole
   gradient (cross terms between the record's examples included) and stay
   certified upper bounds.
+
+  ``record_weights`` (optional ``[records]`` 0/1): records of weight 0
+  (absent from a Poisson lot: its padding) are left out of the sum, of
+  the gradients and of whatever else the query counts per record (an
+  adaptive clip's unclipped bits), as ``vectorized.clipped_sum`` leaves
+  them out.
 
   Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
   plus the taps by layer id if ``return_taps``.
@@ -442,6 +448,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
         sq_norms[index[id(v)]] = sq
       states.append((rule, state, unit_vars))
     keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
+    if record_weights is not None:
+      keep = tf.logical_and(keep, tf.reshape(record_weights, [-1]) > 0)
     safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
     scales, extra = query.record_scales(params, safe_sq)
     scales = [tf.where(keep, s, tf.zeros_like(s)) for s in scales]
