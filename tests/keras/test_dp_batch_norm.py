@@ -23,7 +23,12 @@ def dp_bn_layer_class(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_dp_batch_norm_statistics_move_to_the_batch_statistics(K):
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+def test_dp_batch_norm_statistics_move_to_the_batch_statistics(
+    K, num_microbatches):
+  # Each example's statistics are a record of the batch-norm part, also
+  # when the gradients' records are microbatches of 4 examples: the noised
+  # sums are divided by the 16 examples, not by the 4 microbatches.
   rng = np.random.default_rng(0)
   x = rng.normal(2.0, 3.0, size=(16, 6)).astype("float32")
   y = rng.integers(0, 3, 16).astype("int32")
@@ -36,7 +41,7 @@ def test_dp_batch_norm_statistics_move_to_the_batch_statistics(K):
   with pytest.warns(UserWarning):
     model.compile(optimizer=tf_dp.DPOptimizer(
         K.optimizers.SGD(0.0), l2_norm_clip=1.0, noise_multiplier=0.0,
-        population_size=16),
+        population_size=16, num_microbatches=num_microbatches),
         loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
   model.fit(x, y, batch_size=16, epochs=1, verbose=0)
   np.testing.assert_allclose(layer.moving_mean.numpy(),
@@ -76,3 +81,4 @@ def test_dp_batch_norm_needs_the_fast_path(K):
       loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
   with pytest.raises(Exception, match="fast clipping path"):
     model.fit(x, y, batch_size=8, verbose=0)
+

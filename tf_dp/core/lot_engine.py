@@ -371,15 +371,21 @@ class LotEngine(tf.Module):
     result, denominator, updates = lot_lib.release(
         self._query, lot, self.global_state, self.ledger, self.config,
         records, examples)
-    updates += self.use_released_parts(result, denominator)
+    # The other parts' records are examples, also when the gradients'
+    # records are microbatches: their sums are divided by the examples.
+    updates += self.use_released_parts(
+        result, lot_lib.denominator(self.config, self.ledger, examples))
     return lot_lib.mean(result[GRADIENTS], denominator, updates)
 
   def use_released_parts(self, result: Nest,
-                         denominator: tf.Tensor) -> List[Any]:
+                         examples_denominator: tf.Tensor) -> List[Any]:
     """The ops that use a released lot's parts other than the gradients
-    (``{part: noised sum}``; ``denominator`` as for the gradients). A front
-    end that adds parts overrides it; by default there are none."""
-    del result, denominator
+    (``{part: noised sum}``), whose records are examples:
+    ``examples_denominator`` is the lot's number of examples (fixed-size,
+    shuffled) or ``q * n`` (Poisson), the gradients' denominator when a
+    record is one example. A front end that adds parts overrides it; by
+    default there are none."""
+    del result, examples_denominator
     return []
 
   def discard_lot(self) -> int:

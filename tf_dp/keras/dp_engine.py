@@ -331,12 +331,14 @@ class DPEngine(lot_engine.LotEngine):
         "tf.vectorized_map (slower) because %s.", 1, reason)
     return None
 
-  def use_released_parts(self, result, denominator):
+  def use_released_parts(self, result, examples_denominator):
     """Moves each DP batch-norm layer's statistics towards its noised
-    estimate, and stores the noised metrics of the lot."""
+    estimate (the noised sums of the examples' statistics over
+    ``examples_denominator``), and stores the noised metrics of the lot."""
     updates = []
     for key, layer in self._bn_layers.items():
-      stats = BatchNormStatsQuery.statistics(result[key], denominator)
+      stats = BatchNormStatsQuery.statistics(result[key],
+                                             examples_denominator)
       updates.append(layer.update_statistics(stats["mean"],
                                              stats["variance"]))
     if METRICS in result:
