@@ -82,3 +82,18 @@ def test_dp_batch_norm_needs_the_fast_path(K):
   with pytest.raises(Exception, match="fast clipping path"):
     model.fit(x, y, batch_size=8, verbose=0)
 
+
+@pytest.mark.parametrize("K", KERAS)
+def test_frozen_dp_batch_norm_is_refused_by_name(K):
+  x, y = helpers.make_data("dense", 8)
+  layer = dp_bn_layer_class(K)(name="frozen_bn")
+  model = tf_dp.keras.make_private(K.Sequential([
+      K.layers.Input((6,)), K.layers.Dense(4), layer, K.layers.Dense(3)]))
+  layer.trainable = False
+  model.compile(optimizer=tf_dp.DPOptimizer(
+      K.optimizers.SGD(0.1), 1.0, 1.0, population_size=8),
+      loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(tf_dp.errors.UnsupportedModelError,
+                     match="'frozen_bn' has no tap"):
+    model.fit(x, y, batch_size=8, verbose=0)
+  assert model.optimizer.ledger.to_dict()["samples"] == []

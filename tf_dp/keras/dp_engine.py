@@ -272,6 +272,15 @@ class DPEngine(lot_engine.LotEngine):
         examples = tf.reduce_sum(record_present)
     batch_sum = {GRADIENTS: grads_sum}
     for key, layer in self._bn_layers.items():
+      if id(layer) not in taps:
+        raise UnsupportedModelError(
+            f"DPBatchNormalization layer {layer.name!r} has no tap of its "
+            f"input: it is frozen (trainable=False) or not called by the "
+            f"model. Its statistics are updated from the taps of its "
+            f"trainable variables: keep it trainable (its statistics then "
+            f"move with every lot, at a cost the ledger records), or "
+            f"replace a frozen one by a layer applying its fixed "
+            f"statistics.")
       batch_sum[key] = self._bn_sum(key, params[key], taps[id(layer)],
                                     present)
     if METRICS in params:
