@@ -178,6 +178,13 @@ class DPEngine(lot_engine.LotEngine):
             "Private metrics (metrics_noise_stddev) count examples and "
             "cannot be combined with microbatches.")
       classes = int(model.output_shape[-1])
+      if classes < 2:
+        raise ValueError(
+            f"Private metrics (metrics_noise_stddev) count the argmax of a "
+            f"model's class scores, and this model has {classes} output "
+            f"unit: its argmax is always class 0. Give the model one output "
+            f"per class (e.g. 2 for a binary task), or leave "
+            f"metrics_noise_stddev unset.")
       parts[METRICS] = DPMetricsQuery(classes, cfg.metrics_noise_stddev,
                                       secure_mode=cfg.secure_mode)
       part_templates[METRICS] = None
@@ -302,7 +309,9 @@ class DPEngine(lot_engine.LotEngine):
     """Clipped per-example (count, correct, one-hot class) records."""
     y_pred = tf.convert_to_tensor(y_pred)
     labels = tf.convert_to_tensor(y)
-    if labels.shape.rank == y_pred.shape.rank and y_pred.shape[-1] != 1:
+    # One-hot labels have the scores' rank and more than one column; a
+    # column of integer labels ([batch, 1]) is read as it is.
+    if labels.shape.rank == y_pred.shape.rank and labels.shape[-1] != 1:
       labels = tf.argmax(labels, axis=-1)
     labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
     return vectorized.clipped_sum(self.part_query(METRICS), params,
