@@ -31,6 +31,20 @@ def test_zero_noise_recovers_the_true_principal_subspace():
   assert _principal_angles_sin(dirs, vt[:3].T) < 1e-3
 
 
+def test_a_non_finite_row_contributes_nothing():
+  # Without noise, a row holding an inf (or a NaN) changes no eigenvalue:
+  # it must not turn the release into NaN (a change of one record that the
+  # noise cannot hide).
+  x, _ = _data(n=200, d=5)
+  hostile = np.concatenate([x, [[np.inf, 1.0, 0.0, 0.0, 0.0]],
+                            [[np.nan, 1.0, 0.0, 0.0, 0.0]]])
+  with pytest.warns(UserWarning):  # fixed noise seed
+    _, clean = dp_principal_directions(x, 5, 0.0, noise_seed=1)
+  with pytest.warns(UserWarning):
+    _, values = dp_principal_directions(hostile, 5, 0.0, noise_seed=1)
+  np.testing.assert_allclose(values, clean, rtol=1e-6, atol=1e-6)
+
+
 def test_noisy_release_is_close_with_many_records_and_is_one_ledger_entry():
   x, basis = _data(n=20000)
   ledger = PrivacyLedger(60000, 1.0)

@@ -23,7 +23,8 @@ def dp_principal_directions(x, num_components, noise_multiplier, ledger=None,
   """Top ``num_components`` principal directions of ``x``, computed with DP.
 
   Privacy contract: every row of ``x`` (one record) contributes the upper
-  triangle of ``u u^T`` with ``u = x / ||x||`` (L2 norm <= 1); Gaussian noise
+  triangle of ``u u^T`` with ``u = x / ||x||`` (L2 norm <= 1; zeros for a
+  row of norm 0 or with a NaN or inf entry); Gaussian noise
   of stddev ``noise_multiplier`` is added once to each summed entry. If
   ``ledger`` is given, one sample is recorded with sampling probability
   ``sampling_probability`` (the caller's sampling of ``x`` from the dataset;
@@ -51,7 +52,10 @@ def dp_principal_directions(x, num_components, noise_multiplier, ledger=None,
     raise ValueError(f"num_components must lie in [1, {d}] (the number of "
                      f"features); got {num_components!r}.")
   norms = np.linalg.norm(x, axis=1, keepdims=True)
-  units = np.where(norms > 0, x / np.where(norms > 0, norms, 1.0), 0.0)
+  # A row with a NaN or inf contributes zeros (as GaussianSumQuery's
+  # clipping makes it), never a NaN that would poison the whole release.
+  usable = (norms > 0) & np.all(np.isfinite(x), axis=1, keepdims=True)
+  units = np.where(usable, x / np.where(usable, norms, 1.0), 0.0)
   upper = np.triu_indices(d)
   second_moment = (units.T @ units)[upper].astype(np.float32)
   query = GaussianSumQuery(1.0, noise_multiplier, noise_seed)
