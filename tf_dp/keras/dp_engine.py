@@ -240,10 +240,13 @@ class DPEngine(lot_engine.LotEngine):
           (x, y, sample_weight), num_records)
     # A Poisson lot's padding rows (weight 0) are no records of the lot:
     # every part leaves them out (an adaptive clip would count a padding
-    # record's zero gradient as unclipped).
+    # record's zero gradient as unclipped). An example is present if any
+    # of its weights (one per time step, say) is positive.
     present = record_present = None
     if sample_weight is not None and cfg.sampling == Sampling.POISSON:
-      present = tf.cast(tf.reshape(sample_weight, [-1]) > 0, tf.float32)
+      positive = tf.cast(tf.convert_to_tensor(sample_weight) > 0, tf.float32)
+      present = tf.reduce_max(
+          tf.reshape(positive, tf.stack([tf.shape(positive)[0], -1])), 1)
       record_present = present
       if num_records is not None:
         record_present = tf.reduce_max(tf.reshape(
