@@ -1,5 +1,6 @@
 """The validated configuration of the DP step (tf_dp.core.config)."""
 
+import numpy as np
 import pytest
 
 from tf_dp import dp_query
@@ -27,6 +28,34 @@ def test_invalid_arguments_are_refused_by_name(kwargs, argument):
   arguments.update(kwargs)
   with pytest.raises(ValueError, match=argument):
     config_lib.DPConfig(**arguments)
+
+
+def _averaging_queries():
+  total = dp_query.GaussianSumQuery(1.0, 1.0)
+  average = dp_query.NormalizedQuery(total, 8.0)
+  ledger = privacy_ledger.PrivacyLedger(100, 0.08)
+  return [average, privacy_ledger.QueryWithLedger(average, ledger),
+          dp_query.NestedQuery({"a": total, "b": [average]}),
+          dp_query.build_query([np.zeros(3), np.zeros(2)], 1.0, 1.0,
+                               clipping="per_layer", denominator=8.0)]
+
+
+@pytest.mark.parametrize("query", _averaging_queries())
+def test_a_dp_query_that_averages_is_refused(query):
+  # The step divides the noised sum by the lot's denominator: a
+  # NormalizedQuery would make it divide twice, silently.
+  with pytest.raises(ValueError, match="NormalizedQuery"):
+    config_lib.DPConfig(None, None, dp_query=query, population_size=100)
+
+
+def test_a_dp_query_that_sums_is_accepted():
+  total = dp_query.GaussianSumQuery(1.0, 1.0)
+  for query in [total, dp_query.NestedQuery({"a": total, "b": [total]}),
+                dp_query.build_query([np.zeros(3), np.zeros(2)], 1.0, 1.0,
+                                     clipping="per_layer")]:
+    config = config_lib.DPConfig(None, None, dp_query=query,
+                                 population_size=100)
+    assert config.dp_query is query
 
 
 def test_population_size_is_required_unless_fit_can_infer_it():

@@ -28,6 +28,30 @@ POPULATION_SIZE_REQUIRED = (
     "loop and the samplers of tf_dp.data need it given.")
 
 
+def _averages(query: Any) -> bool:
+  """Whether ``query`` holds a ``NormalizedQuery`` (itself, in a
+  ``QueryWithLedger`` or in a part of a ``NestedQuery``): its noised
+  result is then an average, not a sum."""
+  from tf_dp.dp_query.nested_query import NestedQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query.normalized_query import NormalizedQuery  # pylint: disable=g-import-not-at-top
+  if isinstance(query, NormalizedQuery):
+    return True
+  if isinstance(query, QueryWithLedger):
+    return _averages(query.query)
+  if isinstance(query, NestedQuery):
+    return any(_averages(q) for q in _flat_queries(query.queries))
+  return False
+
+
+def _flat_queries(queries: Any) -> list:
+  """The queries of a nest (dicts, lists, tuples) of queries."""
+  if isinstance(queries, dict):
+    return [q for key in queries for q in _flat_queries(queries[key])]
+  if isinstance(queries, (list, tuple)):
+    return [q for sub in queries for q in _flat_queries(sub)]
+  return [queries]
+
+
 @dataclasses.dataclass
 class DPConfig:
   """What DP-SGD does; see ``tf_dp.DPOptimizer`` for the arguments.
@@ -69,6 +93,14 @@ class DPConfig:
       raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
                       f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
                       f"{self.dp_query!r}.")
+    if self.dp_query is not None and _averages(self.dp_query):
+      raise ValueError(
+          "dp_query must return the noised SUM of the lot's records: the DP "
+          "step divides it by the lot's denominator itself, and a "
+          "NormalizedQuery in it (tf_dp.build_query(..., denominator=...), "
+          "TF Privacy's GaussianAverageQuery) would divide it a second "
+          "time. Pass the sum query (the NormalizedQuery's "
+          "numerator_query, or build_query without denominator).")
     if not isinstance(self.secure_mode, bool):
       raise ValueError(f"secure_mode must be True or False; got "
                        f"{self.secure_mode!r}.")
