@@ -47,6 +47,10 @@ class QuantileAdaptiveClipSumQuery(dp_query.DPQuery):
   Args:
     initial_l2_norm_clip: Starting clip C_0 > 0.
     noise_multiplier: z; the sum's noise stddev is z * C at every step.
+      The ledger charges the effective multiplier of both sums, below z:
+      for a target effective multiplier z_t take
+      ``z = (z_t^-2 - (2 * clipped_count_stddev)^-2)^-1/2`` (which needs
+      ``2 * clipped_count_stddev > z_t``; Andrew et al., Thm. 1).
     target_unclipped_quantile: gamma in [0, 1], e.g. 0.5 for the median.
     learning_rate: eta >= 0 (a float or a ``tf.Variable``; 0 keeps the clip
       fixed).
