@@ -392,10 +392,10 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   certified upper bounds.
 
   ``record_weights`` (optional ``[records]`` 0/1): records of weight 0
-  (absent from a Poisson lot: its padding) are left out of the sum, of
-  the gradients and of whatever else the query counts per record (an
-  adaptive clip's unclipped bits), as ``vectorized.clipped_sum`` leaves
-  them out.
+  (absent from a Poisson lot: its padding, whose gradient is zero) add
+  nothing to the sum and are left out of whatever else the query counts
+  per record (an adaptive clip's unclipped bits), as
+  ``vectorized.clipped_sum`` leaves them out.
 
   Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
   plus the taps by layer id if ``return_taps``.
@@ -448,8 +448,6 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
         sq_norms[index[id(v)]] = sq
       states.append((rule, state, unit_vars))
     keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
-    if record_weights is not None:
-      keep = tf.logical_and(keep, tf.reshape(record_weights, [-1]) > 0)
     safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
     scales, extra = query.record_scales(params, safe_sq)
     scales = [tf.where(keep, s, tf.zeros_like(s)) for s in scales]
@@ -459,8 +457,16 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       for v, total_v in zip(unit_vars,
                             rule.clipped_sums(state, unit_scales, keep)):
         scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
+  # A record of weight 0 has a zero gradient, so it adds nothing to the
+  # scaled sums whatever its scale (leaving it out of ``keep`` would only
+  # make every mask select, every step of a padded lot); it is left out of
+  # what the query counts per record.
+  counted = keep
+  if record_weights is not None:
+    counted = tf.logical_and(keep, tf.reshape(record_weights, [-1]) > 0)
   extra_sum = tf.nest.map_structure(
-      lambda e: tf.reduce_sum(tf.where(keep, e, tf.zeros_like(e)), 0), extra)
+      lambda e: tf.reduce_sum(tf.where(counted, e, tf.zeros_like(e)), 0),
+      extra)
   out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
          records)
   return out + (session.taps,) if return_taps else out
