@@ -106,6 +106,28 @@ def test_shuffled_arrays_under_a_global_seed_warn(K):
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
+@pytest.mark.parametrize("K", KERAS)
+def test_arrays_in_a_fixed_order_warn_under_shuffled_sampling(K):
+  """shuffle=False puts example i in batch i // B of every epoch, a step
+  anyone can name, while the ledger records each batch as a random sample
+  (q = B / n): fit warns that its epsilon does not hold; with Keras's
+  shuffle it does not."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "shuffled")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+  assert not [w for w in caught if "shuffle=False" in str(w.message)]
+  with pytest.warns(UserWarning, match="shuffle=False\\) under sampling="
+                    "\"shuffled\": every epoch takes the arrays in their "
+                    "given order"):
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+  samples = helpers.ledger_samples(model)
+  assert len(samples) == 2 * (N // BATCH)
+  assert samples[-1]["sampling_probability"] == pytest.approx(BATCH / N)
+
+
 @pytest.mark.parametrize("K", KERAS[:1])
 def test_a_refused_fit_leaves_the_model_ready_for_the_sampler(K):
   x, y = helpers.make_data("dense", N)
