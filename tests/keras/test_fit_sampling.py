@@ -294,6 +294,22 @@ def test_train_on_batch_trains_only_under_shuffled_sampling(K, sampling):
 
 
 @pytest.mark.parametrize("K", KERAS)
+def test_train_on_batch_is_refused_when_lots_take_several_batches(K):
+  """Two train_on_batch calls on the same batch would be recorded as one
+  shuffled lot of 2 * BATCH distinct examples (q = 0.5) while each example
+  is in it twice: refused before any step, naming fit and private_step."""
+  x, y = helpers.make_data("dense", N)
+  model = helpers.compile_dp(K, helpers.build_model(K, "dense"), N,
+                             gradient_accumulation_steps=2)
+  before = helpers.weights(model)
+  for _ in range(2):
+    _assert_refused_before_any_step(
+        model, before, lambda: model.train_on_batch(x[:BATCH], y[:BATCH]),
+        "train_on_batch with gradient_accumulation_steps=2",
+        "DPOptimizer.private_step")
+
+
+@pytest.mark.parametrize("K", KERAS)
 def test_a_model_that_overrides_fit_is_checked_as_keras_reads_the_call(K):
   """A subclass ``fit(self, *args, **kwargs)``: x is still found (the
   sampler's dataset trains; arrays are refused)."""

@@ -298,6 +298,34 @@ def check_step_outside_fit(engine, call):
       f"on the same arrays.")
 
 
+def check_train_on_batch_lot(config):
+  """Refuses (before the step) a ``train_on_batch`` of a model whose lots
+  take several batches (``gradient_accumulation_steps`` > 1).
+
+  A shuffled lot of k batches is recorded as one sample of k * B distinct
+  examples. ``train_on_batch``'s batches are the caller's: nothing shows
+  that k of them hold distinct examples (the same batch twice puts each of
+  its examples in the lot twice, a contribution of 2C to one lot that the
+  sample does not account for), nor that they continue no lot left open by
+  an interrupted ``fit``.
+
+  Raises:
+    SamplingMismatchError: naming ``fit`` and ``private_step`` as the ways
+      on.
+  """
+  k = config.gradient_accumulation_steps
+  if k == 1:
+    return
+  raise SamplingMismatchError(
+      f"train_on_batch with gradient_accumulation_steps={k}: the ledger "
+      f"would record {k} of its batches as one lot of {k} x batch_size "
+      f"distinct examples, but nothing shows that the batches given hold "
+      f"distinct examples (the same batch twice puts each of its examples "
+      f"in the lot twice, which the lot's sample does not account for). "
+      f"Train with fit, which cuts one pass into lots, or call "
+      f"DPOptimizer.private_step in a custom loop over lots you draw.")
+
+
 def _training_data_digest(bound, examples, rows_per_lot):
   """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
   order, and of the rows per lot: a later fit of the same correlated-noise

@@ -96,6 +96,7 @@ def _dp_train_on_batch(self, *args, **kwargs):
   show (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``)."""
   if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
     fit_sampling.checked_arguments(self, "train_on_batch", args, kwargs)
+    fit_sampling.check_train_on_batch_lot(self.optimizer.dp_engine.config)
     fit_sampling.check_step_outside_fit(self.optimizer.dp_engine,
                                         "train_on_batch")
     # Keras reuses the step traced by an earlier fit, whose n (inferred
