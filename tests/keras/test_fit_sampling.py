@@ -109,22 +109,27 @@ def test_shuffled_arrays_under_a_global_seed_warn(K):
 @pytest.mark.parametrize("K", KERAS)
 def test_arrays_in_a_fixed_order_warn_under_shuffled_sampling(K):
   """shuffle=False puts example i in batch i // B of every epoch, a step
-  anyone can name, while the ledger records each batch as a random sample
-  (q = B / n): fit warns that its epsilon does not hold; with Keras's
-  shuffle it does not."""
+  anyone can name, and so does Keras 3's shuffle="batch" (it shuffles
+  within each batch only; Keras 2 shuffles the batches' order too), while
+  the ledger records each batch as a random sample (q = B / n): fit warns
+  that its epsilon does not hold; with Keras's shuffle it does not."""
   import warnings  # pylint: disable=g-import-not-at-top
   x, y = helpers.make_data("dense", N)
   model = _private(K, "shuffled")
-  with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-  assert not [w for w in caught if "shuffle=False" in str(w.message)]
-  with pytest.warns(UserWarning, match="shuffle=False\\) under sampling="
-                    "\"shuffled\": every epoch takes the arrays in their "
-                    "given order"):
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+  keras3 = model._tf_dp_flavor == "keras3"  # pylint: disable=protected-access
+  warned = lambda caught: [w for w in caught
+                           if "in their given order" in str(w.message)]
+  for shuffle, fixed in ((True, False), ("batch", keras3), (False, True)):
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
+                verbose=0)
+    assert bool(warned(caught)) == fixed, shuffle
+    if fixed:
+      assert f"fit(..., shuffle={shuffle!r}) under sampling=\"shuffled\"" in (
+          str(warned(caught)[0].message))
   samples = helpers.ledger_samples(model)
-  assert len(samples) == 2 * (N // BATCH)
+  assert len(samples) == 3 * (N // BATCH)
   assert samples[-1]["sampling_probability"] == pytest.approx(BATCH / N)
 
 

@@ -130,33 +130,44 @@ def warn_if_shuffle_is_seeded(config, bound, examples):
       UserWarning, stacklevel=4)  # the caller of fit
 
 
-def warn_if_order_is_fixed(config, bound, examples):
-  """Warns when ``fit`` takes its arrays in their given order
-  (``shuffle=False``) under ``sampling="shuffled"``.
+def warn_if_order_is_fixed(config, bound, examples, flavor):
+  """Warns when ``fit`` takes its arrays in batches of a fixed order under
+  ``sampling="shuffled"``: ``shuffle=False``, or Keras 3's
+  ``shuffle="batch"`` (batch i is rows ``i*B .. (i+1)*B - 1`` at step i of
+  every epoch, shuffled only within the batch; Keras 2 also shuffles the
+  batches' order, a shuffle of blocks the warning leaves alone).
 
   The ledger accounts each shuffled batch of ``B`` examples as a random
-  sample of ``B`` of the ``n`` (q = B / n, fixed-size sampling). Without
-  the shuffle no batch is random: example i is in batch ``i // B`` of every
+  sample of ``B`` of the ``n`` (q = B / n, fixed-size sampling). In a
+  fixed order no batch is random: example i is in batch ``i // B`` of every
   epoch, at a step anyone who knows the order can name, so each epoch is a
   Gaussian mechanism on every example without amplification by sampling,
   and the ledger's epsilon is far too small (n = 1000, B = 10,
   noise_multiplier = 4, one epoch, delta = 1e-5: the ledger's 0.21 against
   1.99 for the fixed order). A fixed order is accounted only by
   ``DPOptimizer(noise_strategy=...)`` (``shuffle=False`` is its input).
+
+  Args:
+    config: The ``DPConfig`` of the model's ``DPOptimizer``.
+    bound: ``fit``'s arguments by name (``keras_arguments``).
+    examples: ``training_examples(bound)``: None unless arrays.
+    flavor: The model's Keras flavour, ``"keras3"`` or ``"keras2"``.
   """
+  shuffle = bound.get("shuffle", True)
+  fixed = shuffle is False or (flavor == "keras3" and shuffle == "batch")
   if (config.sampling != Sampling.SHUFFLED or examples is None
-      or config.noise_strategy is not None
-      or bound.get("shuffle", True) is not False):
+      or config.noise_strategy is not None or not fixed):
     return
   warnings.warn(
-      "fit(..., shuffle=False) under sampling=\"shuffled\": every epoch takes "
-      "the arrays in their given order, so each example's batch and step "
-      "are known, while the ledger accounts every batch as a random sample "
-      "of the examples (q = batch_size / n): its epsilon does not hold for "
-      "this run (it is that of unamplified Gaussian mechanisms, one per "
-      "epoch, far larger). Pass shuffle=True (Keras's default), draw lots "
-      "with tf_dp.data.poisson_sampled_batches (sampling=\"poisson\"), or "
-      "account a fixed order with DPOptimizer(noise_strategy=...).",
+      f"fit(..., shuffle={shuffle!r}) under sampling=\"shuffled\": every "
+      f"epoch takes the arrays' batches in their given order, so each "
+      f"example's batch and step are known, while the ledger accounts "
+      f"every batch as a random sample of the examples (q = batch_size / "
+      f"n): its epsilon does not hold for this run (it is that of "
+      f"unamplified Gaussian mechanisms, one per epoch, far larger). Pass "
+      f"shuffle=True (Keras's default), draw lots with "
+      f"tf_dp.data.poisson_sampled_batches (sampling=\"poisson\"), or "
+      f"account a fixed order with DPOptimizer(noise_strategy=...).",
       UserWarning, stacklevel=4)  # the caller of fit
 
 

@@ -149,7 +149,8 @@ def _dp_fit(self, *args, **kwargs):
         bound, examples, engine.config.gradient_accumulation_steps)
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.warn_if_shuffle_is_seeded(engine.config, bound, examples)
-    fit_sampling.warn_if_order_is_fixed(engine.config, bound, examples)
+    fit_sampling.warn_if_order_is_fixed(engine.config, bound, examples,
+                                        getattr(self, "_tf_dp_flavor", None))
     fit_sampling.check_correlated_noise_fit(engine, bound, examples)
     if getattr(self, "jit_compile", False) is True:
       warnings.warn(JIT_COMPILE_WARNING, stacklevel=2)
