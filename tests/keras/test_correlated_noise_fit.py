@@ -121,6 +121,33 @@ def test_ledger_records_the_participation_run(K, tmp_path):
     model.save_weights(str(tmp_path / "model.h5"))
 
 
+def _saved_variable_names(path):
+  return set(tf.train.load_checkpoint(
+      str(path / "variables" / "variables")).get_variable_to_shape_map())
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_saved_model_never_holds_the_noise_state(K, tmp_path):
+  """The correlated noise's state (the last noises added) is in
+  checkpoints, which continue training and stay private, and in no
+  SavedModel: two consecutive ones would give away a clipped sum."""
+  x, y = helpers.make_data("dense", N)
+  model = _model(K, 1.5, noise_strategy=mf.banded_strategy(6, 3),
+                 max_passes=2)
+  _fit(K, model, x, y, 1)
+  history = lambda names: sorted(n for n in names if "/history/" in n)
+  checkpoint = tf.train.Checkpoint(model=model).save(str(tmp_path / "ck"))
+  assert history(name for name, _ in tf.train.list_variables(checkpoint))
+  tf.saved_model.save(model, str(tmp_path / "saved"))
+  saved = _saved_variable_names(tmp_path / "saved")
+  assert not history(saved)
+  assert any("dp_engine/ledger" in n for n in saved)  # The optimizer is in.
+  if K.__name__ == "tf_keras":  # Keras 2's model.save to a directory.
+    model.save(str(tmp_path / "keras2"))
+    assert not history(_saved_variable_names(tmp_path / "keras2"))
+    K.models.load_model(str(tmp_path / "keras2"))
+
+
 @pytest.mark.parametrize("K", KERAS)
 def test_fits_the_strategy_does_not_cover_are_refused_before_any_step(K):
   x, y = helpers.make_data("dense", N)

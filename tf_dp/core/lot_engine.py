@@ -110,6 +110,25 @@ class LotEngine(tf.Module):
     # (None if unknown), for a PrivacyBudget's plan.
     self.expected_lot_examples = None
 
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """The tracked state; a SavedModel never holds correlated noise.
+
+    Privacy contract: a correlated-noise query's global state holds the
+    last noises it added, so two consecutive saves of it give away a
+    clipped gradient sum. Checkpoints (``tf.train.Checkpoint``,
+    BackupAndRestore) keep it, to be kept as private as the data; a
+    SavedModel (Keras 2's ``model.save`` to a directory,
+    ``tf.saved_model.save``, Keras 3's ``model.export``), a format made to
+    be handed out, is written without it (its loader does not continue
+    training from the optimizer's state).
+    """
+    children = super()._trackable_children(save_type, **kwargs)
+    if (save_type == "savedmodel"
+        and getattr(self.config, "noise_strategy", None) is not None):
+      children = {name: child for name, child in children.items()
+                  if name != "global_state"}
+    return children
+
   @property
   def max_lot_examples(self) -> tf.Variable:
     """The most examples a released fixed-size or shuffled lot may hold
