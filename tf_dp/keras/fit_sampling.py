@@ -130,12 +130,13 @@ def warn_if_shuffle_is_seeded(config, bound, examples):
       UserWarning, stacklevel=4)  # the caller of fit
 
 
-def warn_if_order_is_fixed(config, bound, examples, flavor):
+def warn_if_order_is_fixed(config, bound, examples, keras_backend):
   """Warns when ``fit`` takes its arrays in batches of a fixed order under
-  ``sampling="shuffled"``: ``shuffle=False``, or Keras 3's
-  ``shuffle="batch"`` (batch i is rows ``i*B .. (i+1)*B - 1`` at step i of
-  every epoch, shuffled only within the batch; Keras 2 also shuffles the
-  batches' order, a shuffle of blocks the warning leaves alone).
+  ``sampling="shuffled"``: ``shuffle=False``, or ``shuffle="batch"`` where
+  the flavour keeps the batches' order (Keras 3: batch i is rows
+  ``i*B .. (i+1)*B - 1`` at step i of every epoch, shuffled only within the
+  batch; Keras 2 also shuffles the batches' order, a shuffle of blocks the
+  warning leaves alone).
 
   The ledger accounts each shuffled batch of ``B`` examples as a random
   sample of ``B`` of the ``n`` (q = B / n, fixed-size sampling). In a
@@ -151,10 +152,12 @@ def warn_if_order_is_fixed(config, bound, examples, flavor):
     config: The ``DPConfig`` of the model's ``DPOptimizer``.
     bound: ``fit``'s arguments by name (``keras_arguments``).
     examples: ``training_examples(bound)``: None unless arrays.
-    flavor: The model's Keras flavour, ``"keras3"`` or ``"keras2"``.
+    keras_backend: The adapter of the model's Keras flavour
+      (``tf_dp.keras.backend``).
   """
   shuffle = bound.get("shuffle", True)
-  fixed = shuffle is False or (flavor == "keras3" and shuffle == "batch")
+  fixed = shuffle is False or (
+      shuffle == "batch" and keras_backend.SHUFFLE_BATCH_KEEPS_BATCH_ORDER)
   if (config.sampling != Sampling.SHUFFLED or examples is None
       or config.noise_strategy is not None or not fixed):
     return

@@ -150,7 +150,7 @@ def _dp_fit(self, *args, **kwargs):
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.warn_if_shuffle_is_seeded(engine.config, bound, examples)
     fit_sampling.warn_if_order_is_fixed(engine.config, bound, examples,
-                                        getattr(self, "_tf_dp_flavor", None))
+                                        backend.for_object(self))
     fit_sampling.check_correlated_noise_fit(engine, bound, examples)
     if getattr(self, "jit_compile", False) is True:
       warnings.warn(JIT_COMPILE_WARNING, stacklevel=2)

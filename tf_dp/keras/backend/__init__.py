@@ -23,6 +23,8 @@ Keras on first use, so tf_dp imports with either flavour alone.
 The adapter interface (module-level names of ``keras3`` and ``keras2``)::
 
   NAME                          "keras3" or "keras2"
+  SHUFFLE_BATCH_KEEPS_BATCH_ORDER  whether fit(..., shuffle="batch") takes
+                                the batches in their order every epoch
   module()                      the flavour's Keras module, or None
   imported_module()             module() if already imported, else None
   defines(cls)                  whether a class is the flavour's own

@@ -16,6 +16,10 @@ from tf_dp.keras.backend import keras3
 
 NAME = "keras2"
 
+# Keras 2's ``fit(..., shuffle="batch")`` shuffles the batches' order too
+# (blocks of B rows), besides the rows within each batch.
+SHUFFLE_BATCH_KEEPS_BATCH_ORDER = False
+
 
 def module():
   """The Keras 2 module: ``tf_keras`` if installed, else ``tf.keras`` when

@@ -14,6 +14,10 @@ from tf_dp import errors
 
 NAME = "keras3"
 
+# Keras 3's ``fit(..., shuffle="batch")`` takes batch i (rows ``i*B ..
+# (i+1)*B - 1``) at step i of every epoch and shuffles only within it.
+SHUFFLE_BATCH_KEEPS_BATCH_ORDER = True
+
 
 def module():
   """The Keras 3 module, or None if ``keras`` is missing or is Keras 2."""
