@@ -9,6 +9,8 @@ import dataclasses
 import warnings
 from typing import Any, Dict, Optional
 
+import tensorflow as tf
+
 from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting as accounting
 from tf_dp.analysis import matrix_factorization as mf
@@ -39,17 +41,8 @@ def _averages(query: Any) -> bool:
   if isinstance(query, QueryWithLedger):
     return _averages(query.query)
   if isinstance(query, NestedQuery):
-    return any(_averages(q) for q in _flat_queries(query.queries))
+    return any(_averages(q) for q in tf.nest.flatten(query.queries))
   return False
-
-
-def _flat_queries(queries: Any) -> list:
-  """The queries of a nest (dicts, lists, tuples) of queries."""
-  if isinstance(queries, dict):
-    return [q for key in queries for q in _flat_queries(queries[key])]
-  if isinstance(queries, (list, tuple)):
-    return [q for sub in queries for q in _flat_queries(sub)]
-  return [queries]
 
 
 @dataclasses.dataclass
