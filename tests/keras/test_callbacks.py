@@ -238,6 +238,17 @@ def _first_lots(K, lots):
   return model, (x, y), dict(batch_size=16)
 
 
+def _assert_same_sampling(planned, recorded):
+  """A planned lot's sampling (q, n, examples per record, unit) is the one
+  the ledger recorded."""
+  assert (planned.sampling, planned.population_size,
+          planned.examples_per_record, planned.privacy_unit) == (
+              recorded.sampling, recorded.population_size,
+              recorded.examples_per_record, recorded.privacy_unit)
+  assert planned.sampling_probability == pytest.approx(
+      recorded.sampling_probability, rel=1e-12)
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize(
     "lots", ["poisson", "user_poisson", "shuffled", "shuffled_accumulated"])
@@ -256,12 +267,7 @@ def test_the_planned_first_lot_is_the_lot_fit_records(K, lots):
   assert planned[0] is not None
   event, examples = planned[0]
   recorded = tf_dp.analysis.ledger.ledger_events(model.optimizer.ledger)[0]
-  assert (event.sampling, event.population_size, event.examples_per_record,
-          event.privacy_unit) == (
-              recorded.sampling, recorded.population_size,
-              recorded.examples_per_record, recorded.privacy_unit)
-  assert event.sampling_probability == pytest.approx(
-      recorded.sampling_probability, rel=1e-12)
+  _assert_same_sampling(event, recorded)
   # Never undercounts: at most the recorded multiplier, within float32.
   assert event.noise_multiplier <= recorded.noise_multiplier
   assert event.noise_multiplier == pytest.approx(recorded.noise_multiplier,
@@ -292,11 +298,6 @@ def test_the_sampling_rule_on_numbers_is_the_event_the_step_records(K, lots):
   assert len(recorded) == len(counts)
   for (records, examples), event in zip(counts, recorded):
     rule = lot.lot_sampling_event(config, 40, records, examples)
-    assert (rule.sampling, rule.population_size, rule.examples_per_record,
-            rule.privacy_unit) == (
-                event.sampling, event.population_size,
-                event.examples_per_record, event.privacy_unit)
-    assert rule.sampling_probability == pytest.approx(
-        event.sampling_probability, rel=1e-12)
+    _assert_same_sampling(rule, event)
   assert recorded[0].examples_per_record == (
       4 if lots == "fixed_size_microbatches" else 1)
