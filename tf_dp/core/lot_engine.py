@@ -390,10 +390,13 @@ class LotEngine(tf.Module):
     result, denominator, updates = lot_lib.release(
         self._query, lot, self.global_state, self.ledger, self.config,
         records, examples)
-    # The other parts' records are examples, also when the gradients'
-    # records are microbatches: their sums are divided by the examples.
-    updates += self.use_released_parts(
-        result, lot_lib.denominator(self.config, self.ledger, examples))
+    examples_denominator = denominator
+    if self.config.num_microbatches is not None:
+      # The other parts' records are examples, also when the gradients'
+      # records are microbatches: their sums are divided by the examples.
+      examples_denominator = lot_lib.denominator(self.config, self.ledger,
+                                                 examples)
+    updates += self.use_released_parts(result, examples_denominator)
     return lot_lib.mean(result[GRADIENTS], denominator, updates)
 
   def use_released_parts(self, result: Nest,
