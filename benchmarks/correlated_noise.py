@@ -116,7 +116,7 @@ def run(method, target, seed, data, args):
   steps_per_pass = -(-n // batch)
   steps = steps_per_pass * args.epochs
   tf.keras.utils.set_random_seed(seed)
-  model = tf_dp.keras.make_private(_model(keras, seed), self_check=False)
+  model = tf_dp.keras.make_private(_model(keras, seed))
   strategy = None
   if method == "dpsgd_poisson":
     sigma = tf_dp.analysis.compute_noise_multiplier(

@@ -68,7 +68,7 @@ def build(mode, tune, seq_len, config=None):
     backbone.enable_lora(4)
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   if mode == "dp":
-    model = tf_dp.keras.make_private(model, self_check=False)
+    model = tf_dp.keras.make_private(model)
     opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.01), l2_norm_clip=1.0,
                             noise_multiplier=1.1, population_size=60000)
   else:

@@ -95,7 +95,7 @@ def make_model(mode, kind, jit, stack="keras3", method="auto", frozen=None):
     # The first-fit privacy self-check is a one-time cost outside the timed
     # epochs; its whole-model vectorized_map reference crashes Keras 3
     # MultiHeadAttention under TF 2.21's oneDNN, so it is skipped here.
-    model = tf_dp.keras.make_private(model, self_check=False)
+    model = tf_dp.keras.make_private(model)
     opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1), l2_norm_clip=1.0,
                             noise_multiplier=1.1, population_size=60000,
                             per_example_method=method)

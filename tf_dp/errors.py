@@ -20,14 +20,8 @@ class PrivacyError(ValueError):
 
 class UnsupportedModelError(PrivacyError):
   """A model part whose per-example gradients cannot be clipped (it mixes
-  examples, e.g. batch normalization); the message names the part and the
-  replacement."""
-
-
-class PrivacyCheckError(UnsupportedModelError):
-  """``tf_dp.keras.check_privacy`` found a record's gradient that depends on
-  another record (a layer mixes examples), or per-example gradients of the
-  fast path that disagree with the reference ones."""
+  examples, e.g. batch normalization, or keeps a statistic of the data);
+  the message names the part and the replacement."""
 
 
 class SamplingMismatchError(PrivacyError):

@@ -55,12 +55,12 @@ def identity_loss(y_true, y_pred):
 
 
 def fit_one_lot(values, y, optimizer, loss=half_squared_distance, x=None,
-                linear=False, batch_size=None, self_check=False):
+                linear=False, batch_size=None):
   """A converted model with weights ``values``, fitted once on (x, y)."""
   x = np.zeros((len(y), 1), np.float32) if x is None else x
   model = K.Sequential([K.layers.Input((x.shape[1],)),
                         Vectors(values, linear=linear)])
-  model = tf_dp.keras.make_private(model, self_check=self_check)
+  model = tf_dp.keras.make_private(model)
   model.compile(optimizer=optimizer, loss=loss)
   model.fit(x, np.asarray(y, np.float32), batch_size=batch_size or len(y),
             epochs=1, shuffle=False, verbose=0)
@@ -161,8 +161,7 @@ def test_population_size_comes_from_fit_arrays_as_in_tf_privacy_scripts():
   x = np.random.default_rng(0).normal(size=(24, 2)).astype(np.float32)
   y = x.sum(axis=1, keepdims=True)
   model = tf_dp.keras.make_private(
-      K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)]),
-      self_check=False)
+      K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)]))
   model.compile(tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1), "mse")
   model.fit(x, y, batch_size=8, epochs=1, verbose=0)
   samples = model.optimizer.ledger.to_dict()["samples"]

@@ -128,8 +128,7 @@ def run_user_level(users_per_batch):
 
 def correlated_model(z, clip=0.01, scope=None, **dp):
   with (scope or strategy).scope():
-    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                     self_check=False)
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
     model.compile(optimizer=tf_dp.DPOptimizer(
         K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
         population_size=24, **dp),

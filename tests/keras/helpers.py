@@ -17,12 +17,11 @@ def keras_modules():
 
 
 def compile_dp(K, model, population_size, learning_rate=0.1,
-               l2_norm_clip=1.0, noise_multiplier=1.0, self_check=True,
-               **dp_kwargs):
-  """``model`` converted with make_private (``self_check`` passed on) and
+               l2_norm_clip=1.0, noise_multiplier=1.0, **dp_kwargs):
+  """``model`` converted with make_private and
   compiled with a DP SGD."""
   import tf_dp  # pylint: disable=g-import-not-at-top
-  model = tf_dp.keras.make_private(model, self_check=self_check)
+  model = tf_dp.keras.make_private(model)
   model.compile(
       optimizer=tf_dp.DPOptimizer(
           K.optimizers.SGD(learning_rate), l2_norm_clip=l2_norm_clip,

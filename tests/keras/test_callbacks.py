@@ -136,7 +136,7 @@ def test_budget_plans_the_first_lots_before_any_step(K):
   assert budget.epsilon() == pytest.approx(one, rel=1e-6)
   assert not budget.exceeded
   model = helpers.build_model(K, "dense")
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), dp_query=tf_dp.dp_query.GaussianSumQuery(1.0, 2.0),
       population_size=64),
@@ -159,7 +159,7 @@ def test_budget_plans_with_the_largest_lot_not_the_last(K,
   the plan must use the full lot, q = 100/1001."""
   x, y = helpers.make_data("dense", 1001)
   model = helpers.build_model(K, "dense")
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
       population_size=1001),
@@ -188,7 +188,7 @@ def test_budget_never_releases_a_lot_larger_than_it_planned(K):
   data = tf.data.Dataset.from_tensor_slices((x, y))
   data = data.take(1).batch(1).concatenate(data.skip(1).batch(100))
   model = helpers.build_model(K, "dense")
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.0,
       population_size=1001),

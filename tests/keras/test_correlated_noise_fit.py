@@ -18,8 +18,7 @@ N, BATCH = 24, 8          # 3 steps per pass
 
 
 def _model(K, noise_multiplier=1.0, learning_rate=0.1, clip=1.0, **dp):
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)   # noise_multiplier=0
     optimizer = tf_dp.DPOptimizer(

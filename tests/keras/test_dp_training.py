@@ -343,8 +343,7 @@ def test_poisson_padding_rows_are_no_records_of_an_adaptive_clip(K, method):
   n, expected_records, clip = 100, 8.0, 1e-3
   query = tf_dp.dp_query.QuantileAdaptiveClipSumQuery(
       clip, 0.0, 0.5, 1.0, 0.0, expected_records)
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   optimizer = tf_dp.DPOptimizer(
       K.optimizers.SGD(0.0), dp_query=query, population_size=n,
       sampling="poisson", sampling_probability=expected_records / n,

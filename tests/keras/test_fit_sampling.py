@@ -402,8 +402,7 @@ def test_a_lot_left_open_by_a_fit_is_discarded_by_the_next(K, sampling):
 def _accumulating(K, k):
   """A dense model whose DP optimizer noises every ``k`` batches together
   (no self-check)."""
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), 1.0, 1.0, population_size=N,
       gradient_accumulation_steps=k),

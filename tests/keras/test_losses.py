@@ -124,7 +124,7 @@ def test_dp_step_equals_plain_step_for_every_output(K, layout):
   plain.compile(optimizer=K.optimizers.SGD(1.0), **compile_kwargs)
   expected = _plain_step(plain, y)
   # The self-check (tested elsewhere) is left out: it takes seconds.
-  model = tf_dp.keras.make_private(_model(K, outputs), self_check=False)
+  model = tf_dp.keras.make_private(_model(K, outputs))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
     model.compile(optimizer=tf_dp.DPOptimizer(

@@ -57,7 +57,7 @@ def test_a_private_model_leaks_less_than_its_ledger_says(K):
   epochs, batch_size = 4, 100
   noise_multiplier = tf_dp.analysis.compute_noise_multiplier(
       898, batch_size, 2.0, epochs, DELTA, sampling="fixed_size")
-  model = tf_dp.keras.make_private(mlp(K), self_check=False)
+  model = tf_dp.keras.make_private(mlp(K))
   model.compile(
       tf_dp.DPOptimizer(K.optimizers.SGD(0.5), l2_norm_clip=1.0,
                         noise_multiplier=noise_multiplier),

@@ -121,21 +121,3 @@ def test_user_records_sum_their_weighted_examples_gradients(K):
     for v, got in enumerate(grads):
       want = sum(w[i] * examples[i][v] for i in range(3 * user, 3 * user + 3))
       np.testing.assert_allclose(got[user], want, rtol=1e-4, atol=1e-6)
-
-
-def test_row_keys_are_equal_exactly_for_equal_inputs():
-  """Rows 0 and 2 have equal inputs in every leaf; every other pair
-  differs in one leaf at least (dense floats, strings, ragged, sparse)."""
-  ragged = tf.ragged.constant([[1.0, 2.0], [1.0], [1.0, 2.0], [1.0, 2.0]])
-  x = {"dense": tf.constant([[0.5], [0.5], [0.5], [0.25]]),
-       "text": tf.constant(["a", "b", "a", "a"]),
-       "ragged": ragged,
-       "sparse": tf.sparse.from_dense(tf.constant([[0, 3], [0, 3], [0, 3],
-                                                   [0, 3]]))}
-  keys = per_example.row_keys(x, [0, 1, 2, 3])
-  assert keys[0] == keys[2]
-  assert len({keys[0], keys[1], keys[3]}) == 3
-  x["sparse"] = tf.sparse.from_dense(tf.constant([[0, 3], [0, 3], [1, 3],
-                                                  [0, 3]]))
-  keys = per_example.row_keys(x, [0, 2])
-  assert keys[0] != keys[1]

@@ -13,8 +13,7 @@ KERAS = helpers.keras_modules()
 
 
 def _private(K, **dp_kwargs):
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(
       optimizer=tf_dp.DPOptimizer(K.optimizers.SGD(0.1), l2_norm_clip=1.0,
                                   noise_multiplier=1.0, **dp_kwargs),
@@ -52,7 +51,7 @@ def test_inferred_from_a_dict_of_tensors(K):
   x, y = helpers.make_data("dense", 40)
   inputs = K.layers.Input((6,), name="features")
   model = K.Model(inputs, K.layers.Dense(3)(inputs))
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0),
                 K.losses.SparseCategoricalCrossentropy(from_logits=True))
   model.fit({"features": tf.constant(x)}, tf.constant(y), batch_size=8,
@@ -142,8 +141,7 @@ def test_inferred_n_after_save_and_load(K, tmp_path):
   model.fit(x, y, batch_size=10, verbose=0)
   path = str(tmp_path / "m.keras")
   model.save(path)
-  loaded = tf_dp.keras.make_private(K.models.load_model(path),
-                                    self_check=False)
+  loaded = tf_dp.keras.make_private(K.models.load_model(path))
   assert loaded.optimizer.dp_config.population_size is None
   assert not loaded.optimizer.dp_config.population_size_inferred
   loaded.fit(x, y, batch_size=10, verbose=0)
@@ -203,8 +201,7 @@ def test_an_inferred_n_is_not_saved_as_known(K, tmp_path):
   path = str(tmp_path / "m.keras")
   model.fit(x, y, batch_size=10, verbose=0,
             callbacks=[K.callbacks.ModelCheckpoint(path)])
-  loaded = tf_dp.keras.make_private(K.models.load_model(path),
-                                    self_check=False)
+  loaded = tf_dp.keras.make_private(K.models.load_model(path))
   assert loaded.optimizer.dp_config.population_size is None
   data = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
   _assert_refused_without_change(

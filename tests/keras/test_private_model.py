@@ -134,8 +134,7 @@ def test_jit_compile_warns_that_xla_recompiles_every_step(K):
   """XLA compiles the DP step again for every batch (21 s per step against
   14 ms without XLA, measured): fit says so, and still trains privately."""
   x, y = helpers.make_data("dense", 8)
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), 1.0, 1.0, population_size=8),
                 loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -123,7 +123,7 @@ def test_unbuilt_sequential_trains_without_the_self_check(K):
   """Built on a few examples of the first batch before the first DP step."""
   x, y = helpers.make_data("dense", 16)
   model = K.Sequential([K.layers.Dense(4), K.layers.Dense(3)])
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.0), _loss(K))
   model.fit(x, y, batch_size=8, verbose=0)
   assert len(model.optimizer.ledger.to_dict()["samples"]) == 2

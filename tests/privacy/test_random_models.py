@@ -76,7 +76,7 @@ def _data(spec, rng):
 def _update(K, spec, initial, x, y):
   model = _model(K, spec)
   model.set_weights(initial)
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
     optimizer = tf_dp.DPOptimizer(

@@ -53,8 +53,7 @@ def one_lot_runner(K, initial, unit, sampling, method):
   noise-free SGD(1) ``fit`` from ``initial`` times the lot's denominator.
   One compiled model serves every lot (its weights reset before each
   fit), so the DP step is traced once."""
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   user = dict(privacy_unit="user", max_examples_per_user=K_ROWS)
   population = N_USERS if unit == "user" else N_USERS * K_ROWS
   kwargs = dict(sampling=sampling, population_size=population,

@@ -6,7 +6,6 @@ the module a file records), so ``load_model`` finds them in a fresh
 process.
 """
 
-from tf_dp.errors import PrivacyCheckError
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.fast.clipped_sum import clipping_plan

@@ -40,6 +40,7 @@ from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
+from tf_dp.keras import privacy_gate
 from tf_dp.keras.fast import clipped_sum as fast_clipping
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
@@ -227,10 +228,24 @@ class DPEngine(lot_engine.LotEngine):
   def clipped_batch_sum(self, model, loss_fn, x, y, sample_weight):
     """The batch's sum of preprocessed records (this replica's), per part.
 
+    Privacy contract: computed by a traced graph that the privacy gate
+    (``tf_dp.keras.privacy_gate``) checked while tracing it; called
+    eagerly, it traces itself first (a step of eager code could do what
+    no trace shows).
+
     Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``;
     with ``privacy_unit="user"`` the examples counted are the users present
     (records holding a row of positive weight), the lot's units.
     """
+    if tf.executing_eagerly():
+      traced = tf.function(
+          lambda x, y, w: self._traced_batch_sum(model, loss_fn, x, y, w),
+          autograph=False)
+      return traced(x, y, sample_weight)
+    return self._traced_batch_sum(model, loss_fn, x, y, sample_weight)
+
+  def _traced_batch_sum(self, model, loss_fn, x, y, sample_weight):
+    """``clipped_batch_sum`` inside a traced function."""
     cfg = self.config
     params = self.sample_params()
     grad_params = params[GRADIENTS]
@@ -251,13 +266,16 @@ class DPEngine(lot_engine.LotEngine):
       if num_records is not None:
         record_present = tf.reduce_max(tf.reshape(
             present, tf.stack([tf.cast(num_records, tf.int32), -1])), 1)
-    fast = self._fast_clipped_sum(model, loss_fn, x, y, sample_weight,
-                                  grad_params, num_records, reduction,
-                                  record_present)
+    fast, gated = self._fast_clipped_sum(model, loss_fn, x, y,
+                                         sample_weight, grad_params,
+                                         num_records, reduction,
+                                         record_present)
     taps = None
     if fast is not None:
       grads_sum, y_pred, losses, records, taps = fast
     else:
+      if not gated:
+        privacy_gate.check_exact_step(model, loss_fn, x, y, sample_weight)
       if self._bn_layers:
         raise UnsupportedModelError(
             "DPBatchNormalization needs the fast clipping path, which is "
@@ -322,14 +340,17 @@ class DPEngine(lot_engine.LotEngine):
 
   def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params,
                         num_records, reduction, record_present):
-    """The fast path's result, or None (after logging why) to fall back;
-    records whose ``record_present`` is 0 are left out of the sum."""
+    """``(result, gated)``: the fast path's result, or None (after logging
+    why) to fall back; records whose ``record_present`` is 0 are left out
+    of the sum. ``gated``: the privacy gate analysed the batched step (its
+    refusals apply to the exact path too)."""
     method = self.config.per_example_method
     if method == "vectorized":
-      return None
+      return None, False
     reason = (per_example.composite_inputs_reason(x) or
               fast_clipping.fast_path_unavailable_reason(
                   model, self.gradient_query))
+    gated = False
     if reason is None:
       if num_records is not None and reduction == "mean":
         per_example.split_into_records(tf.nest.flatten(x)[0], num_records)
@@ -341,16 +362,17 @@ class DPEngine(lot_engine.LotEngine):
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
             fast_clipping.clipping_plan(model))
-        return result
+        return result, True
       except fast_clipping.FastPathUnavailable as e:
         reason = str(e)
+        gated = isinstance(e.__cause__, privacy_gate.NotProven)
     if method == "fast":
       raise UnsupportedModelError(
           f"per_example_method='fast' is unavailable: {reason}.")
     logging.log_first_n(
         logging.WARNING, "tf_dp: per-example gradients with "
         "tf.vectorized_map (slower) because %s.", 1, reason)
-    return None
+    return None, gated
 
   def use_released_parts(self, result, examples_denominator):
     """Moves each DP batch-norm layer's statistics towards its noised

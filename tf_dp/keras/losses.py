@@ -122,6 +122,7 @@ def per_example_loss_fn(model):
 
     return _map_examples(one, mapped)
 
+  per_example.each_example_alone = True
   return per_example
 
 
@@ -153,4 +154,5 @@ def per_example_loss_from(loss, keras_backend):
       values *= tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
     return values
 
+  per_example.each_example_alone = True
   return per_example

@@ -15,7 +15,6 @@ composite type, so the model computes it from that example alone.
 """
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
 from tf_dp.core.vectorized import gradients_or_zeros
@@ -63,24 +62,6 @@ def batch_size(structure):
   if isinstance(t, tf.SparseTensor):
     return tf.cast(t.dense_shape[0], tf.int32)
   return tf.shape(t)[0]
-
-
-def row_keys(x, rows):
-  """One key per row in ``rows`` of the inputs ``x`` (a nest of dense,
-  ragged or sparse tensors): rows with equal inputs have equal keys."""
-  columns = []
-  for t in tf.nest.flatten(x):
-    if isinstance(t, tf.SparseTensor):
-      t = tf.sparse.to_dense(t)
-    if isinstance(t, tf.RaggedTensor):
-      values = t.to_list()
-      columns.append([repr(values[i]) for i in rows])
-      continue
-    a = np.asarray(t)
-    columns.append([repr(np.asarray(a[i]).tolist()) if a.dtype == object
-                    else (a.dtype.str, a[i].shape, a[i].tobytes())
-                    for i in rows])
-  return list(zip(*columns))
 
 
 def _record(t, i):

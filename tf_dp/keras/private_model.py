@@ -13,11 +13,9 @@ import types
 import warnings
 from typing import Any
 
-from absl import logging
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
-from tf_dp.errors import PrivacyCheckError
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
@@ -73,24 +71,6 @@ def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
                for part in (x, y, y_pred, sample_weight))
 
 
-def _self_check(self, batch):
-  """``check_privacy`` on the first batch of the first ``fit``."""
-  if not self._tf_dp_self_check or getattr(self, "_tf_dp_checked", False):  # pylint: disable=protected-access
-    return
-  from tf_dp.keras import privacy_check  # pylint: disable=g-import-not-at-top
-  if batch is None or getattr(self, "optimizer", None) is None:
-    return
-  x, y, sample_weight = batch
-  try:
-    privacy_check.check_privacy(self, x, y, sample_weight)
-  except PrivacyCheckError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning("tf_dp privacy self-check could not run (%s: %s); "
-                    "training continues without it.", type(e).__name__, e)
-  self._tf_dp_checked = True  # pylint: disable=protected-access
-
-
 def _dp_train_on_batch(self, *args, **kwargs):
   """``train_on_batch``, refused under a sampling that one batch cannot
   show (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``)."""
@@ -132,7 +112,7 @@ JIT_COMPILE_WARNING = (
 
 
 def _dp_fit(self, *args, **kwargs):
-  """``fit`` with tf_dp's self-check and lot-boundary guard; refuses an
+  """``fit`` with tf_dp's lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
   ``population_size`` from the arrays when it was not given, for this fit
   only, and refuses (before any step) an input of unknown length when it
@@ -159,17 +139,16 @@ def _dp_fit(self, *args, **kwargs):
     engine.require_population_size()
   try:
     args, kwargs = _class_weights_into_lots(args, kwargs)
-    batch, args, kwargs = first_batch.for_fit(self, args, kwargs)
-    if batch is not None and not (self.built and self.trainable_variables):
+    first_x, args, kwargs = first_batch.for_fit(self, args, kwargs)
+    if first_x is not None:
       # A model not built yet (a Sequential without Input, a subclassed
       # model) is built on a few examples of what fit will train on.
-      self(batch[0], training=False)
+      self(first_x, training=False)
     if engine is not None and self.built and self.trainable_variables:
       # The DP state exists before Keras traces the train step: a trace
       # that creates variables is traced twice.
       with self.distribute_strategy.scope():
         optimizer.ensure_built(self.trainable_variables, self)
-    _self_check(self, batch)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
@@ -180,7 +159,7 @@ def _dp_fit(self, *args, **kwargs):
       fit_sampling.end_correlated_noise_fit(engine)
 
 
-def make_private(model: Any, self_check: bool = True) -> Any:
+def make_private(model: Any) -> Any:
   """Converts a Keras model in place so that ``fit`` trains with DP-SGD.
 
   Works for Sequential, Functional and subclassed models on Keras 3 and
@@ -189,11 +168,12 @@ def make_private(model: Any, self_check: bool = True) -> Any:
   Privacy contract: see ``tf_dp.DPOptimizer``. The conversion refuses
   models whose per-example gradients would not be per-example
   (BatchNormalization, activity regularisers) and makes Keras 3 dropout draw
-  an independent mask per example. The first ``fit`` runs
-  ``tf_dp.keras.check_privacy`` on a few examples of its first batch: a
-  layer that mixes examples, or a fast rule that disagrees with the
-  per-example reference, stops training before any step with the reason.
-  ``fit`` on arrays, tensors or unmarked datasets trains only under
+  an independent mask per example. Every time the DP step is traced, the
+  privacy gate (``tf_dp.keras.privacy_gate``) proves from the traced graph
+  what the step relies on: the fast path only where every tensor its rules
+  read holds rows by example, the exact path otherwise; a layer that
+  provably combines examples, or writes data to a variable, is refused
+  before any update. ``fit`` on arrays, tensors or unmarked datasets trains only under
   ``sampling="shuffled"`` (what Keras does with them); under
   ``"fixed_size"`` or ``"poisson"`` it trains only on a dataset marked with
   that sampling, and is otherwise refused before any step
@@ -201,8 +181,6 @@ def make_private(model: Any, self_check: bool = True) -> Any:
 
   Args:
     model: A Keras model (built or not).
-    self_check: Run the privacy self-check on the first ``fit`` (about a
-      second, once; later steps are not affected).
 
   Returns:
     The same model object, converted.
@@ -219,7 +197,6 @@ def make_private(model: Any, self_check: bool = True) -> Any:
                      "nothing to train privately.")
   model_checks.validate_and_prepare(model)
   model._tf_dp_flavor = keras_backend.NAME  # pylint: disable=protected-access
-  model._tf_dp_self_check = bool(self_check)  # pylint: disable=protected-access
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
   model.train_on_batch = types.MethodType(_dp_train_on_batch, model)

@@ -122,7 +122,7 @@ def test_tf_dp_keras_trains_without_tf_keras():
       from tf_dp.keras import backend
       K = backend.default().module()
       model = tf_dp.keras.make_private(K.Sequential(
-          [K.layers.Input((3,)), K.layers.Dense(2)]), self_check=False)
+          [K.layers.Input((3,)), K.layers.Dense(2)]))
       model.compile(optimizer=tf_dp.DPOptimizer(
           K.optimizers.SGD(0.1), 1.0, 1.0), loss="mse")
       model.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"),
@@ -150,7 +150,7 @@ def test_training_keras3_never_imports_tf_keras():
       import tf_dp
       from tf_dp.keras.fast import rules
       model = tf_dp.keras.make_private(keras.Sequential(
-          [keras.layers.Input((3,)), keras.layers.Dense(2)]), self_check=False)
+          [keras.layers.Input((3,)), keras.layers.Dense(2)]))
       model.compile(optimizer=tf_dp.DPOptimizer(
           keras.optimizers.SGD(0.1), 1.0, 1.0, per_example_method="fast"),
           loss="mse")

@@ -54,7 +54,7 @@ def compile_fast(K, model, population_size, loss, clip, learning_rate=1.0,
   EinsumDense layers must not do under TF 2.21's oneDNN). ``run_eagerly``
   skips tracing the step: seconds instead of a minute for a transformer."""
   import tf_dp  # pylint: disable=g-import-not-at-top
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   model.compile(
       optimizer=tf_dp.DPOptimizer(
           K.optimizers.SGD(learning_rate), l2_norm_clip=clip,

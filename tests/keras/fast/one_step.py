@@ -33,8 +33,7 @@ def _fast_step_matches_loop(K, model, x, y, num_microbatches=None):
     model = helpers.compile_dp(K, model, population_size=len(x),
                                learning_rate=1.0, l2_norm_clip=CLIP,
                                noise_multiplier=0.0,
-                               per_example_method="fast", self_check=False,
-                               **kwargs)
+                               per_example_method="fast", **kwargs)
   model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
   for v, e in zip(model.trainable_variables, expected):
     np.testing.assert_allclose(np.asarray(v.numpy(), np.float64), e,

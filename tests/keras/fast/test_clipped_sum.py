@@ -178,32 +178,61 @@ def _off_batch_model(K, layout, seq=8, width=3):
       K.initializers.GlorotUniform(seed=2)))(h))
 
 
-@pytest.mark.parametrize("K", KERAS)
-@pytest.mark.parametrize("layout", ["positions", "time_major"])
-def test_a_layer_on_rows_that_are_not_examples_is_refused(K, layout):
-  # Before this was refused, the position table's gradient rows were split
-  # into 8 pseudo-records each summing every example's terms: replacing one
-  # example moved the clipped sum by 3.0 x 2C (batch 16, 16 positions;
-  # 1.7 x at batch 4, 8 positions).
-  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+def _off_batch_step(K, layout, x, y, query, params):
   from tf_dp.keras import losses as losses_lib  # pylint: disable=g-import-not-at-top
   from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
   model = _off_batch_model(K, layout)
   model.compile(loss=K.losses.MeanSquaredError())
+  loss_fn = losses_lib.per_example_loss_fn(model)
+  return model, loss_fn, lambda: clipped_sum.clipped_batch_sum(
+      model, loss_fn, x, y, None, query, params)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_layer_on_rows_that_are_not_examples_is_refused(K):
+  # Before this was refused, the position table's gradient rows were split
+  # into 8 pseudo-records each summing every example's terms: replacing one
+  # example moved the clipped sum by 3.0 x 2C (batch 16, 16 positions;
+  # 1.7 x at batch 4, 8 positions). Its output gradient sums over the
+  # examples: the gate cannot prove it, and the step takes the exact path.
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
   y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
   query = GaussianSumQuery(0.01, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
-  step = lambda: clipped_sum.clipped_batch_sum(
-      model, losses_lib.per_example_loss_fn(model), x, y, None, query, params)
+  model, _, step = _off_batch_step(K, "positions", x, y, query, params)
   off_batch = model.get_layer("off_batch").proj
   off_batch.trainable = False  # Frozen: not tapped, the step runs.
   step()
   off_batch.trainable = True  # Unfrozen later: refused, not a stale answer.
   with pytest.raises(clipped_sum.FastPathUnavailable,
-                     match="does not follow the batch"):
+                     match="several examples"):
     step()
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_layer_on_time_major_rows_takes_the_per_layer_fallback(K):
+  """A Dense on a time-major tensor [T, B, K]: proven per example on axis
+  1, it is computed by the per-layer fallback on each example's rows; the
+  clipped sum equals the exact path's (before the gate, its fast rule read
+  time steps as records and one example moved the sum by 8.0 C)."""
+  from tf_dp.core import vectorized  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import per_example  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
+  y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
+  query = GaussianSumQuery(0.01, 0.0)
+  params = query.derive_sample_params(query.initial_global_state())
+  model, loss_fn, step = _off_batch_step(K, "time_major", x, y, query,
+                                         params)
+  fast = step()[0]
+  grads = per_example.record_gradients(model, loss_fn, x, y, None)[0]
+  exact = vectorized.clipped_sum(query, params, grads)
+  for a, b in zip(fast, exact):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -266,8 +295,7 @@ def test_unsupported_einsum_dense_is_refused_not_vectorized():
   assert rules.rule_for(layer) is None
   x, y = _data((4, 5))
   model = helpers.compile_dp(K, model, population_size=6, learning_rate=1.0,
-                             l2_norm_clip=CLIP, noise_multiplier=0.5,
-                             self_check=False)
+                             l2_norm_clip=CLIP, noise_multiplier=0.5)
   with pytest.raises(ValueError, match="per_example_method='auto'"):
     model.fit(x, y, batch_size=6, epochs=1, verbose=0)
 

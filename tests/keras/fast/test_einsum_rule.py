@@ -264,8 +264,7 @@ def test_attention_and_einsum_train_under_defaults(K):
   """DP fit with noise: finite and decreasing loss (no oneDNN corruption)."""
   x, y = _tokens(128, seed=2)
   model = helpers.compile_dp(K, _attention_model(K), population_size=128,
-                             learning_rate=0.5, noise_multiplier=0.3,
-                             self_check=False)
+                             learning_rate=0.5, noise_multiplier=0.3)
   history = model.fit(x, y, batch_size=32, epochs=6, verbose=0).history
   losses = history["loss"]
   assert np.all(np.isfinite(losses)), losses

@@ -6,10 +6,10 @@ Algorithm (one batched forward, two cheap passes):
    variables (``taps.py``); per-record losses are the mean of the record's
    per-example losses.
 2. One backward pass to the tapped outputs gives, for every layer, each
-   record's output gradient (rows of different records never mix: layers
-   that mix examples, like BatchNormalization, are refused earlier, and so
-   is a layer called on a tensor whose leading axis does not follow the
-   batch, ``_check_rows_by_example``).
+   record's output gradient. The privacy gate
+   (``tf_dp.keras.privacy_gate.prove_fast_step``) then proves, from the
+   traced graph, that every tensor a rule reads holds rows by example;
+   otherwise the step takes the exact path (or the model is refused).
 3. Each layer's rule gives every record's squared gradient norm per
    variable (ghost norm, materialised, or a local vectorised VJP).
 4. The ``DPQuery`` turns norms into per-record scale factors
@@ -27,8 +27,7 @@ ordinary training step.
 """
 
 import contextlib
-import weakref
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 import tensorflow as tf
 
@@ -37,15 +36,13 @@ from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
+from tf_dp.keras import privacy_gate
 from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
 
 
 FastPathUnavailable = linear.FastPathUnavailable
-# model -> {tapped layer ids: _rows_not_by_example's answer}.
-_ROWS_CHECKED: "weakref.WeakKeyDictionary[Any, Dict[Any, Any]]" = (
-    weakref.WeakKeyDictionary())
 
 
 def is_model(layer):
@@ -314,52 +311,6 @@ def _check_calls(unit, rules, session, graph):
         session.original_call(unit)[0])
 
 
-def _rows_not_by_example(units, session):
-  """The first tapped tensor of a symbolic call whose leading dimension is
-  known although the batch's is not, as ``(layer name, shape)``, or None."""
-  for unit in units:
-    for tap in session.all_taps.get(id(unit), []):
-      for t in taps_lib.tensors_of(tap) + [
-          t for t in tf.nest.flatten(tap.output) if tf.is_tensor(t)]:
-        if t.shape.rank == 0 or (t.shape.rank is not None
-                                 and t.shape[0] is not None):
-          return unit.name, t.shape
-  return None
-
-
-def _check_rows_by_example(model, x, units, pre_activation):
-  """Raises FastPathUnavailable unless every tapped tensor is laid out by
-  example: its leading axis has the batch's size or a multiple of it.
-
-  The rules read a record's rows as leading rows of each tap. A layer
-  called on a tensor that does not follow the batch (a Dense applied to a
-  constant position table, or to a time-major transpose) would hold other
-  examples' gradients in every record's rows: one example would then move
-  every record's clipped term. Decided once per model by tracing (never
-  running) a call on a batch of unknown size, where every tensor that
-  follows the batch has an unknown leading dimension, whatever the batch
-  sizes the model later meets.
-  """
-  # Per model and set of tapped layers (unfreezing a layer adds a unit);
-  # kept off the model, whose attributes Keras tracks and saves.
-  checked = _ROWS_CHECKED.setdefault(model, {})
-  key = tuple(sorted(id(u) for u in units))
-  if key not in checked:
-    spec = tf.nest.map_structure(
-        lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), x)
-    with taps_lib.TapSession(units, pre_activation) as session:
-      tf.function(lambda t: model(t, training=True)).get_concrete_function(
-          spec)
-    checked[key] = _rows_not_by_example(units, session)
-  cached = checked[key]
-  if cached is not None:
-    name, shape = cached
-    raise FastPathUnavailable(
-        f"layer {name!r} is called on or returns a tensor of shape {shape} "
-        "whose leading axis does not follow the batch (rows that are not "
-        "examples)")
-
-
 def _ready(grads):
   """The output gradients' tensors (control inputs: ``tf.Tensor`` only)."""
   return [t for t in tf.nest.flatten(grads) if isinstance(t, tf.Tensor)]
@@ -376,6 +327,75 @@ def _prepare(rule, unit, taps, outputs, grads, records):
   if len(taps) == 1:
     return rule.prepare(unit, taps[0], grads[0], records)
   return rule.prepare_calls(unit, taps, grads, records)
+
+
+def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
+                 pre_activation, records, record_reduction):
+  """One batched forward pass with the units tapped, the loss, and the
+  backward pass to the taps, proven by the privacy gate
+  (``tf_dp.keras.privacy_gate``) to keep examples apart.
+
+  The loss's gradient with respect to the predictions is taken first, on
+  its own tape: a loss that evaluates each example alone (tf_dp's, flagged
+  ``each_example_alone``) gives per-example gradients by construction, and
+  the gate then labels the model's backward pass from them.
+
+  Returns ``(y_pred, losses, taps per unit, output gradients per unit)``.
+
+  Raises:
+    FastPathUnavailable: if the model's calls cannot be tapped, or the gate
+      cannot prove that what the rules read holds rows by example.
+    UnsupportedModelError: if the gate finds that the model combines
+      examples, or writes data to a variable.
+  """
+  regions = privacy_gate.StepRegions(tf.compat.v1.get_default_graph())
+  with taps_lib.TapSession(units, pre_activation) as session:
+    with session.outside_reads() as outside:
+      with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+      regions.mark()
+      predictions = tf.nest.flatten(y_pred)
+      with tf.GradientTape() as loss_tape:
+        loss_tape.watch(predictions)
+        losses = loss_fn(y, y_pred, sample_weight)
+        record_losses = per_example.record_loss(
+            tf.reshape(losses, [records, -1]), record_reduction)
+        total = tf.reduce_sum(record_losses)
+      regions.mark()
+  prediction_grads = [tf.convert_to_tensor(g) for g in loss_tape.gradient(
+      total, predictions, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+  regions.mark()
+  _check_taps_cover(units, rules, model.trainable_variables,
+                    outside.watched_variables(),
+                    [session.reads.get(id(u), []) for u in units])
+  for unit in units:
+    _check_calls(unit, rules, session, getattr(total, "graph", None))
+  unit_taps = [session.all_taps[id(u)] for u in units]
+  outputs = [[tap.output for tap in taps] for taps in unit_taps]
+  out_grads = tape.gradient(predictions, outputs,
+                            output_gradients=prediction_grads)
+  regions.mark()
+  analysis = privacy_gate.analyse_fast_step(
+      regions, privacy_gate.batch_sources(x, y, sample_weight),
+      loss=(getattr(loss_fn, "each_example_alone", False), (y, y_pred,
+                                                            sample_weight),
+            losses, prediction_grads))
+  try:
+    moved = privacy_gate.prove_fast_step(model, analysis, unit_taps,
+                                         out_grads, losses)
+  except privacy_gate.NotProven as e:
+    raise FastPathUnavailable(str(e)) from e
+  for index, layout in moved.items():
+    # Examples on another axis (a layer called on a time-major tensor): the
+    # per-layer fallback reads each example's rows where they are.
+    unit = units[index]
+    hazard = vectorized_map_hazard([unit])
+    if hazard:
+      raise FastPathUnavailable(hazard)
+    rules[id(unit)] = rules_lib.LocalVectorizedRule(
+        session.original_call(unit)[0], layout=layout,
+        without_activation=pre_activation[id(unit)])
+  return y_pred, losses, unit_taps, out_grads
 
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
@@ -404,27 +424,26 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
     FastPathUnavailable: at trace time, if a layer whose rule takes one
       call is called more than once, or with tensor keyword arguments.
   """
+  if tf.executing_eagerly():
+    if return_taps:
+      raise ValueError("clipped_batch_sum(return_taps=True) runs inside a "
+                       "traced function only.")
+    # What the step uses is what the gate proves: a traced graph.
+    traced = tf.function(
+        lambda x, y, w: clipped_batch_sum(
+            model, loss_fn, x, y, w, query, params, num_microbatches,
+            record_reduction=record_reduction, record_weights=record_weights),
+        autograph=False)
+    return traced(x, y, sample_weight)
   variables = model.trainable_variables
   units = trainable_units(model)
   rules = {id(u): rules_lib.rule_for(u) for u in units}
   pre_activation = {k: bool(r and r.pre_activation) for k, r in rules.items()}
   first = tf.nest.flatten(x)[0]
   records = _records(first, num_microbatches)
-  _check_rows_by_example(model, x, units, pre_activation)
-  with taps_lib.TapSession(units, pre_activation) as session:
-    with tf.GradientTape() as tape, session.outside_reads() as outside:
-      y_pred = model(x, training=True)
-      losses = loss_fn(y, y_pred, sample_weight)
-      record_losses = per_example.record_loss(
-          tf.reshape(losses, [records, -1]), record_reduction)
-      total = tf.reduce_sum(record_losses)
-  _check_taps_cover(units, rules, variables, outside.watched_variables(),
-                    [session.reads.get(id(u), []) for u in units])
-  for unit in units:
-    _check_calls(unit, rules, session, getattr(total, "graph", None))
-  unit_taps = [session.all_taps[id(u)] for u in units]
-  outputs = [[tap.output for tap in taps] for taps in unit_taps]
-  out_grads = tape.gradient(total, outputs)
+  y_pred, losses, unit_taps, out_grads = _proven_taps(
+      model, loss_fn, x, y, sample_weight, units, rules, pre_activation,
+      records, record_reduction)
   index = {id(v): i for i, v in enumerate(variables)}
   sq_norms = [None] * len(variables)
   states = []
@@ -433,7 +452,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   # sizes although the batch size may be unknown.
   with (linear.one_example_per_record(records)
         if num_microbatches is None else contextlib.nullcontext()):
-    for unit, taps, outs, grads in zip(units, unit_taps, outputs, out_grads):
+    for unit, taps, grads in zip(units, unit_taps, out_grads):
+      outs = [tap.output for tap in taps]
       rule = rules[id(unit)]
       # On a large model (lot_lib.ORDERED_FOR_MEMORY_WEIGHTS) the rule's work
       # starts once the unit's output gradients exist: what it derives from
@@ -469,4 +489,5 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       extra)
   out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
          records)
-  return out + (session.taps,) if return_taps else out
+  last_taps = {id(unit): taps[-1] for unit, taps in zip(units, unit_taps)}
+  return out + (last_taps,) if return_taps else out

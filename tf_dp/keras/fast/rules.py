@@ -153,12 +153,35 @@ class DenseRule(einsum_rule.LoraMixin, linear.LinearRule):
     return linear.matmul_kernel_sum(x, g)
 
 
+def _records_first(t, axis, records):
+  """``t`` with its examples' axis ``axis`` moved first and split into
+  ``[records, examples per record, ...]``."""
+  t = tf.convert_to_tensor(t)
+  if axis:
+    t = tf.experimental.numpy.moveaxis(t, axis, 0)
+  return tf.reshape(t, tf.concat([[records, -1], tf.shape(t)[1:]], 0))
+
+
+def _record_in_place(t, axis):
+  """One record of ``_records_first``, its examples' axis put back."""
+  return tf.experimental.numpy.moveaxis(t, 0, axis) if axis else t
+
+
 class LocalVectorizedRule:
   """Any other layer: per-record VJP of this layer alone, vectorised.
 
   The layer is re-run on each record's inputs inside ``tf.vectorized_map``
   and differentiated with that record's output gradient: exactly the
   per-record gradient, at the cost of this layer only.
+
+  Args:
+    original_call: The layer's ``call``.
+    layout: Where each positional argument and output gradient holds its
+      examples (``tf_dp.keras.privacy_gate.TapLayout``: an axis, or None
+      for a public tensor passed whole); by default the first axis of
+      every tensor.
+    without_activation: Re-run the layer without its activation (its tap
+      recorded the pre-activation output).
   """
 
   pre_activation = False
@@ -166,39 +189,69 @@ class LocalVectorizedRule:
   # gradients are cast to float32 afterwards.
   float32_taps = False
 
-  def __init__(self, original_call):
+  def __init__(self, original_call, layout=None, without_activation=False):
     # Keras runs layer calls without autograph; so must we (autograph
     # breaks e.g. the while loops of RNN layers under vectorized_map).
     self._call = tf.autograph.experimental.do_not_convert(original_call)
+    self._layout = layout
+    self._without_activation = without_activation
 
   def variables(self, layer):
     return list(layer.trainable_variables)
 
+  def _axes(self, flat_args, flat_grads):
+    if self._layout is None:
+      first = lambda ts: [0 if tf.is_tensor(t) else None for t in ts]
+      return first(flat_args), first(flat_grads)
+    return self._layout.arg_axes, self._layout.grad_axes
+
+  def _run(self, layer, args, kwargs):
+    """The layer's call on one record, without its add_loss terms (not part
+    of a record's gradient: the train step adds them from a public input)
+    and, if asked, without its activation."""
+    layer.add_loss = lambda *unused_args, **unused_kwargs: None
+    activation = getattr(layer, "activation", None)
+    if self._without_activation:
+      layer.activation = None
+    try:
+      return self._call(*args, **kwargs)
+    finally:
+      del layer.add_loss
+      if self._without_activation:
+        layer.activation = activation
+
   def prepare(self, layer, tap, out_grad, records):
     variables = self.variables(layer)
-    split = lambda t: tf.reshape(t, tf.concat(
-        [[records, -1], tf.shape(t)[1:]], 0)) if tf.is_tensor(t) else t
-    args = tf.nest.map_structure(split, tap.args)
-    grads_out = tf.nest.map_structure(split, out_grad)
+    flat_args, flat_grads = tf.nest.flatten(tap.args), tf.nest.flatten(
+        out_grad)
+    arg_axes, grad_axes = self._axes(flat_args, flat_grads)
+    split = lambda ts, axes: [
+        None if axis is None or not tf.is_tensor(t) else
+        _records_first(t, axis, records) for t, axis in zip(ts, axes)]
+    split_args, split_grads = split(flat_args, arg_axes), split(flat_grads,
+                                                                grad_axes)
+    mapped = ([t for t in split_args if t is not None],
+              [t for t in split_grads if t is not None])
     kwargs = tap.kwargs
 
+    def rejoin(whole, parts, axes, record):
+      record = iter(record)
+      return [t if part is None else _record_in_place(next(record), axis)
+              for t, part, axis in zip(whole, parts, axes)]
+
     def one(inputs):
-      rec_args, rec_grad = inputs
-      # The layer's add_loss terms are not part of a record's gradient
-      # (the train step adds them from a public input): not re-added here.
-      layer.add_loss = lambda *unused_args, **unused_kwargs: None
-      try:
-        with tf.GradientTape() as tape:
-          out = self._call(*rec_args, **kwargs)
-      finally:
-        del layer.add_loss
+      rec_args = tf.nest.pack_sequence_as(
+          tap.args, rejoin(flat_args, split_args, arg_axes, inputs[0]))
+      rec_grad = tf.nest.pack_sequence_as(
+          out_grad, rejoin(flat_grads, split_grads, grad_axes, inputs[1]))
+      with tf.GradientTape() as tape:
+        out = self._run(layer, rec_args, kwargs)
       grads = tape.gradient(out, variables, output_gradients=rec_grad)
       return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if gr is None
               else tf.convert_to_tensor(gr) for gr, v in zip(grads, variables)]
 
     per_record = per_example.map_records(
-        one, (args, grads_out),
-        loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
+        one, mapped, loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
     return {"per_record": [tf.cast(p, tf.float32) for p in per_record]}
 
   def sq_norms(self, state):

@@ -77,7 +77,7 @@ def audit_dp_sgd_fit(keras, noise_multiplier, l2_norm_clip=1.0, batch=8,
   model = keras.Sequential([keras.layers.Input((dims,)),
                             keras.layers.Dense(1, use_bias=False,
                                                kernel_initializer="zeros")])
-  model = tf_dp.keras.make_private(model, self_check=False)
+  model = tf_dp.keras.make_private(model)
   optimizer = tf_dp.DPOptimizer(
       keras.optimizers.SGD(1.0), l2_norm_clip=l2_norm_clip,
       noise_multiplier=noise_multiplier, population_size=n,

@@ -1,0 +1,262 @@
+"""The privacy gate (``tf_dp.keras.privacy_gate``): it proves what it lets
+through, fails closed, and runs whenever the DP step is traced.
+
+Each scenario is one an adversarial pass found getting through the earlier
+gate (a numerical first-fit self-check plus shape checks). Here it ends in
+a refusal before any update, or trains with one replaced example moving the
+clipped sum by at most 2C (noise 0, SGD(1): the sum is the update times the
+number of records).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_dp
+from tests.keras import helpers
+from tf_dp.errors import UnsupportedModelError
+
+KERAS = helpers.keras_modules()
+CLIP = 0.01
+T, K_IN, B = 4, 3, 8
+# float32 sums of a few clipped gradients.
+TOLERANCE = 1e-4
+
+
+def _time_major_model(K, layout):
+  """A Dense on rows that are not examples: a time-major tensor [T, B, K]
+  (``transpose``), or its [T * B, K] reshape (``rows``)."""
+
+  class TimeMajorDense(K.layers.Layer):
+
+    def __init__(self, **kwargs):
+      super().__init__(**kwargs)
+      self.proj = K.layers.Dense(
+          2, kernel_initializer=K.initializers.GlorotUniform(seed=3))
+
+    def call(self, x):
+      steps = tf.transpose(x, [1, 0, 2])  # [T, B, K]
+      if layout == "rows":
+        flat = tf.reshape(steps, [-1, K_IN])  # [T * B, K]
+        out = tf.reshape(self.proj(flat), [T, -1, 2])
+      else:
+        out = self.proj(steps)
+      return tf.transpose(out, [1, 0, 2])
+
+  inputs = K.layers.Input((T, K_IN))
+  h = K.layers.Flatten()(TimeMajorDense(name="time_major")(inputs))
+  return K.Model(inputs, K.layers.Dense(
+      3, kernel_initializer=K.initializers.GlorotUniform(seed=4))(h))
+
+
+class _BatchCentre:
+  """A layer class (per flavour) that subtracts the batch mean."""
+
+  @staticmethod
+  def make(K):
+
+    class BatchCentre(K.layers.Layer):
+
+      def call(self, x):
+        return x - tf.reduce_mean(x, axis=0, keepdims=True)
+
+    return BatchCentre(name="batch_centre")
+
+
+def _running_mean_model(K):
+  class RunningMean(K.layers.Layer):
+
+    def build(self, shape):
+      self.mean = self.add_weight(name="running_mean", shape=(shape[-1],),
+                                  initializer="zeros", trainable=False)
+
+    def call(self, x, training=None):
+      self.mean.assign(0.9 * self.mean + 0.1 * tf.reduce_mean(x, 0))
+      return x - self.mean
+
+  return K.Sequential([K.layers.Input((T, K_IN)), K.layers.Flatten(),
+                       RunningMean(name="running_mean"),
+                       K.layers.Dense(3)])
+
+
+def _data(seed):
+  rng = np.random.default_rng(seed)
+  return (rng.normal(size=(B, T, K_IN)).astype("float32") * 3,
+          rng.integers(0, 3, B).astype("int32"))
+
+
+def _neighbours():
+  x, y = _data(0)
+  x2, y2 = _data(1)
+  xn, yn = x.copy(), y.copy()
+  xn[5], yn[5] = x2[5], y2[5]
+  return (x, y), (xn, yn)
+
+
+def _optimizer(K, method):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
+    return tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=CLIP,
+                             noise_multiplier=0.0, population_size=B,
+                             per_example_method=method)
+
+
+LOSS = "sparse_categorical_crossentropy"
+
+
+def _fit(K, model, method, x, y):
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=_optimizer(K, method), loss=LOSS)
+  model.fit(x, y, batch_size=B, epochs=1, shuffle=True, verbose=0)
+
+
+def _private_step_with_signature(K, model, method, x, y):
+  model = tf_dp.keras.make_private(model)
+  optimizer = _optimizer(K, method)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, T, K_IN]),
+                                tf.TensorSpec([None], tf.int32)])
+  def step(x, y):
+    return optimizer.private_step(model, LOSS, x, y)
+
+  step(x, y)
+
+
+def _plain_function_loop(K, model, method, x, y):
+  model = tf_dp.keras.make_private(model)
+  optimizer = _optimizer(K, method)
+  step = tf.function(lambda x, y: optimizer.private_step(model, LOSS, x, y))
+  step(tf.constant(x), tf.constant(y))
+
+
+def _unfrozen_after_a_fit(K, model, method, x, y):
+  """freeze -> fit -> unfreeze -> recompile -> fit: the second fit's
+  trace is gated again, with the unfrozen layer tapped."""
+  layer = model.get_layer("time_major")
+  layer.trainable = False
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=_optimizer(K, method), loss=LOSS)
+  model.fit(x, y, batch_size=B, epochs=1, shuffle=True, verbose=0)
+  layer.trainable = True
+  model.compile(optimizer=_optimizer(K, method), loss=LOSS)
+  model.fit(x, y, batch_size=B, epochs=1, shuffle=True, verbose=0)
+
+
+DRIVES = {"fit": _fit, "signature": _private_step_with_signature,
+          "tf_function": _plain_function_loop,
+          "unfrozen": _unfrozen_after_a_fit}
+
+
+def _sum_moved(K, build, drive, method):
+  """How far one replaced example moves the clipped sum, in units of 2C:
+  the same model (same initial weights) trained one step on D and D'."""
+  updates = []
+  initial = build(K).get_weights()
+  for x, y in _neighbours():
+    model = build(K)
+    model.set_weights(initial)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    drive(K, model, method, x, y)
+    updates.append(np.concatenate([
+        (a - v.numpy()).ravel()
+        for a, v in zip(before, model.trainable_variables)]))
+  if drive is _unfrozen_after_a_fit:
+    return None  # Two steps: checked by the layout test below.
+  return B * np.linalg.norm(updates[0] - updates[1]) / (2 * CLIP)
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("layout", ["transpose", "rows"])
+@pytest.mark.parametrize("drive", ["fit", "signature", "tf_function"])
+def test_rows_that_are_not_examples_move_the_sum_by_at_most_2c(
+    K, layout, drive):
+  """Before: 8.0 C for a Dense on [T, B, K] or [T * B, K] rows, reached by
+  private_step with an input signature and in a plain tf.function loop."""
+  moved = _sum_moved(K, lambda K: _time_major_model(K, layout),
+                     DRIVES[drive], "auto")
+  assert moved <= 1 + TOLERANCE, moved
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_layer_unfrozen_later_is_gated_at_the_new_trace(K):
+  """Frozen, the time-major Dense is not tapped and the fast path is
+  proven; unfrozen and recompiled, the next trace takes the exact path."""
+  x, y = _data(0)
+  model = _time_major_model(K, "rows")
+  model.get_layer("time_major").trainable = False
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=_optimizer(K, "auto"), loss=LOSS)
+  assert tf_dp.keras.check_privacy(model, x, y).path == "fast"
+  model.fit(x, y, batch_size=B, epochs=1, shuffle=True, verbose=0)
+  model.get_layer("time_major").trainable = True
+  model.compile(optimizer=_optimizer(K, "auto"), loss=LOSS)
+  verdict = tf_dp.keras.check_privacy(model, x, y)
+  assert verdict.path == "exact"
+  assert "several examples" in verdict.reason or (
+      "are not examples" in verdict.reason)
+  _unfrozen_after_a_fit(K, _time_major_model(K, "rows"), "auto", x, y)
+
+
+def _assert_refused_before_any_update(K, model, x, y, w=None,
+                                      match="combines examples"):
+  model = tf_dp.keras.make_private(model)
+  model.compile(optimizer=_optimizer(K, "auto"), loss=LOSS)
+  before = helpers.weights(model)
+  with pytest.raises(UnsupportedModelError, match=match):
+    model.fit(x, y, sample_weight=w, batch_size=B, epochs=1, shuffle=True,
+              verbose=0)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert helpers.ledger_samples(model) == []
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("data", ["equal_rows", "zero_weights", "ordinary"])
+def test_a_batch_statistic_is_refused_whatever_the_data(K, data):
+  """Before: with the first rows equal, or of weight 0, the numerical
+  self-check saw nothing and a batch-mean layer trained at 9.7 C / 8.1 C.
+  The gate reads the traced step, not the data."""
+  x, y = _data(0)
+  w = None
+  if data == "equal_rows":
+    x[:] = x[0]
+  elif data == "zero_weights":
+    w = np.zeros(B, "float32")
+  model = K.Sequential([K.layers.Input((T, K_IN)), K.layers.Flatten(),
+                        _BatchCentre.make(K), K.layers.Dense(3)])
+  _assert_refused_before_any_update(K, model, x, y, w,
+                                    match="'batch_centre'.*combines examples")
+
+
+@pytest.mark.parametrize("K", KERAS)
+@pytest.mark.parametrize("method", ["auto", "vectorized"])
+def test_a_running_statistic_of_the_data_is_refused(K, method):
+  """Before: a non-trainable running mean assigned from each batch passed
+  make_private and the self-check (which put the state back), and
+  get_weights released it un-noised (it moved by 12.1 with one example)."""
+  x, y = _data(0)
+  model = tf_dp.keras.make_private(_running_mean_model(K))
+  model.compile(optimizer=_optimizer(K, method), loss=LOSS)
+  before = [w.copy() for w in model.get_weights()]
+  with pytest.raises(UnsupportedModelError, match="running_mean"):
+    model.fit(x, y, batch_size=B, epochs=1, shuffle=True, verbose=0)
+  for a, b in zip(before, model.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_eager_private_step_is_gated(K):
+  """Outside a tf.function the step traces itself: the gate runs on what
+  is computed."""
+  x, y = _data(0)
+  model = K.Sequential([K.layers.Input((T, K_IN)), K.layers.Flatten(),
+                        _BatchCentre.make(K), K.layers.Dense(3)])
+  model = tf_dp.keras.make_private(model)
+  optimizer = _optimizer(K, "auto")
+  before = helpers.weights(model)
+  with pytest.raises(UnsupportedModelError, match="combines examples"):
+    optimizer.private_step(model, LOSS, x, y)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
