@@ -260,3 +260,47 @@ def test_eager_private_step_is_gated(K):
     optimizer.private_step(model, LOSS, x, y)
   for a, b in zip(before, helpers.weights(model)):
     np.testing.assert_array_equal(a, b)
+
+
+def _token_and_position_model(K):
+  """keras.io's text-classification transformer: a position table
+  (``Embedding`` of ``arange(maxlen)``, no batch axis) added to every
+  example's token embeddings, then attention."""
+
+  class TokenAndPosition(K.layers.Layer):
+
+    def __init__(self, **kwargs):
+      super().__init__(**kwargs)
+      init = K.initializers.RandomNormal(seed=5)
+      self.tokens = K.layers.Embedding(20, 8, embeddings_initializer=init)
+      self.positions = K.layers.Embedding(6, 8, embeddings_initializer=init)
+
+    def call(self, x):
+      return self.tokens(x) + self.positions(tf.range(0, 6))
+
+  inputs = K.layers.Input((6,), dtype="int32")
+  h = TokenAndPosition()(inputs)
+  h = K.layers.MultiHeadAttention(2, 4, kernel_initializer=(
+      K.initializers.GlorotUniform(seed=6)))(h, h)
+  h = K.layers.GlobalAveragePooling1D()(h)
+  return K.Model(inputs, K.layers.Dense(3, kernel_initializer=(
+      K.initializers.GlorotUniform(seed=7)))(h))
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_public_table_broadcast_to_every_example_takes_the_fast_path(K):
+  """The position table's output is public and its gradient sums every
+  example's: each record takes its own rows' share. Before, the step fell
+  back to the exact path, which Keras 3 refuses for MultiHeadAttention on
+  TF >= 2.16 (oneDNN): the tutorial model could not train. Checked against
+  a loop over examples."""
+  from tests.keras.fast import loop_reference  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 20, (5, 6)).astype("int32")
+  y = rng.integers(0, 3, 5).astype("int32")
+  model = _token_and_position_model(K)
+  model.compile(loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+  assert tf_dp.keras.check_privacy(tf_dp.keras.make_private(model), x,
+                                   y).path == "fast"
+  loop_reference.fast_step_matches_loop(K, _token_and_position_model(K), x,
+                                        y, clip=0.05)

@@ -42,6 +42,7 @@ does not write are public.
 from typing import (Any, Dict, Iterable, List, NamedTuple, Optional,
                     Sequence, Tuple)
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.core.provenance import labels as labels_lib
@@ -166,9 +167,21 @@ def _require(analysis, named_tensors, allow):
 class TapLayout(NamedTuple):
   """Where one tap's tensors hold their examples: the axis of each
   flattened positional argument and of each flattened output gradient
-  (None for a public tensor, or a non-tensor argument)."""
+  (None for a public tensor, or a non-tensor argument).
+
+  ``summed``, per output gradient: None, or ``(g, axes)`` when the output
+  is public and broadcast to every example (a position table added to each
+  example's embeddings): its gradient is ``reduce_sum(g, axes)`` over the
+  examples' axis 0 of ``g``, which holds rows by example; each record's
+  share is that sum over the record's own rows.
+  """
   arg_axes: List[Optional[int]]
   grad_axes: List[Optional[int]]
+  summed: List[Optional[Tuple[tf.Tensor, Tuple[int, ...]]]]
+
+  @property
+  def summed_any(self) -> bool:
+    return any(s is not None for s in self.summed)
 
 
 def _axis(analysis, t):
@@ -178,9 +191,44 @@ def _axis(analysis, t):
   return label.axis if isinstance(label, Rows) else None
 
 
+def _summed_over_examples(analysis, grad):
+  """``(g, axes)`` if ``grad`` is ``reduce_sum(g, axes)`` (reshaped) of a
+  ``g`` with rows by example on axis 0, summed over that axis: the gradient
+  of a public tensor broadcast to every example. Else None."""
+  if not isinstance(grad, tf.Tensor):
+    return None
+  t = grad
+  while t.op.type in ("Reshape", "Identity"):
+    t = t.op.inputs[0]
+  if t.op.type != "Sum":
+    return None
+  g = t.op.inputs[0]
+  label = analysis.label(g)
+  axes = tf.get_static_value(t.op.inputs[1])
+  if not (isinstance(label, Rows) and label.axis == 0) or axes is None or (
+      g.shape.rank is None):
+    return None
+  axes = tuple(sorted({int(a) % g.shape.rank for a in np.ravel(axes)}))
+  return (g, axes) if 0 in axes else None
+
+
+def _broadcast_grads(analysis, tap, grads):
+  """Per flattened output gradient of a tap whose output is public: the
+  ``_summed_over_examples`` form of its gradient, or None."""
+  outputs = tf.nest.flatten(tap.output)
+  return [_summed_over_examples(analysis, g)
+          if isinstance(analysis.label(g), labels_lib.Mixed) and all(
+              analysis.label(o) is PUBLIC for o in outputs
+              if isinstance(o, tf.Tensor)) else None
+          for g in tf.nest.flatten(grads)]
+
+
 def _tap_layout(analysis, tap, grads) -> TapLayout:
+  summed = _broadcast_grads(analysis, tap, grads)
   return TapLayout([_axis(analysis, a) for a in tf.nest.flatten(tap.args)],
-                   [_axis(analysis, g) for g in tf.nest.flatten(grads)])
+                   [0 if s is not None else _axis(analysis, g)
+                    for g, s in zip(tf.nest.flatten(grads), summed)],
+                   summed)
 
 
 class StepRegions:
@@ -282,10 +330,12 @@ def prove_fast_step(model, analysis: walker.Analysis,
   for taps, grads in zip(unit_taps, unit_out_grads):
     for tap, grad in zip(taps, grads):
       name = tap.layer.name
+      summed = _broadcast_grads(analysis, tap, grad)
       named += [(f"output of layer {name!r}", tf.nest.flatten(tap.output)),
                 (f"input of layer {name!r}", tf.nest.flatten(tap.args)),
                 (f"output gradient of layer {name!r}",
-                 tf.nest.flatten(grad))]
+                 [g if s is None else s[0]
+                  for g, s in zip(tf.nest.flatten(grad), summed)])]
   refuse_proven_mixing(model, _proven_mixing(analysis, named))
   refuse_writes(model, analysis)
   _require(analysis, named, lambda l: l is PUBLIC or isinstance(l, Rows))
@@ -295,12 +345,13 @@ def prove_fast_step(model, analysis: walker.Analysis,
     layouts = [_tap_layout(analysis, tap, grad)
                for tap, grad in zip(taps, grads)]
     if all(a in (0, None) for layout in layouts
-           for a in layout.arg_axes + layout.grad_axes):
+           for a in layout.arg_axes + layout.grad_axes) and not any(
+               layout.summed_any for layout in layouts):
       continue
     if len(taps) != 1:
       raise NotProven(f"layer {taps[0].layer.name!r} is called "
                       f"{len(taps)} times on tensors whose examples are not "
-                      f"on their first axis")
+                      f"on their first axis (or on a public input)")
     moved[index] = layouts[0]
   return moved
 

@@ -205,6 +205,16 @@ class LocalVectorizedRule:
       return first(flat_args), first(flat_grads)
     return self._layout.arg_axes, self._layout.grad_axes
 
+  def _grads_by_example(self, flat_grads):
+    """The output gradients to split by record: a public output broadcast
+    to every example contributes the unsummed gradient (each record sums
+    its own rows, ``_record_grad``)."""
+    if self._layout is None:
+      return flat_grads, [None] * len(flat_grads)
+    summed = self._layout.summed
+    return ([g if s is None else s[0] for g, s in zip(flat_grads, summed)],
+            [None if s is None else s[1] for s in summed])
+
   def _run(self, layer, args, kwargs):
     """The layer's call on one record, without its add_loss terms (not part
     of a record's gradient: the train step adds them from a public input)
@@ -225,10 +235,13 @@ class LocalVectorizedRule:
     flat_args, flat_grads = tf.nest.flatten(tap.args), tf.nest.flatten(
         out_grad)
     arg_axes, grad_axes = self._axes(flat_args, flat_grads)
+    by_example, summed_axes = self._grads_by_example(flat_grads)
+    out_shapes = [tf.shape(g) if tf.is_tensor(g) else None
+                  for g in flat_grads]
     split = lambda ts, axes: [
         None if axis is None or not tf.is_tensor(t) else
         _records_first(t, axis, records) for t, axis in zip(ts, axes)]
-    split_args, split_grads = split(flat_args, arg_axes), split(flat_grads,
+    split_args, split_grads = split(flat_args, arg_axes), split(by_example,
                                                                 grad_axes)
     mapped = ([t for t in split_args if t is not None],
               [t for t in split_grads if t is not None])
@@ -242,8 +255,10 @@ class LocalVectorizedRule:
     def one(inputs):
       rec_args = tf.nest.pack_sequence_as(
           tap.args, rejoin(flat_args, split_args, arg_axes, inputs[0]))
-      rec_grad = tf.nest.pack_sequence_as(
-          out_grad, rejoin(flat_grads, split_grads, grad_axes, inputs[1]))
+      rec_grads = rejoin(flat_grads, split_grads, grad_axes, inputs[1])
+      rec_grad = tf.nest.pack_sequence_as(out_grad, [
+          g if axes is None else tf.reshape(tf.reduce_sum(g, axes), shape)
+          for g, axes, shape in zip(rec_grads, summed_axes, out_shapes)])
       with tf.GradientTape() as tape:
         out = self._run(layer, rec_args, kwargs)
       grads = tape.gradient(out, variables, output_gradients=rec_grad)
