@@ -86,6 +86,34 @@ def test_add_loss_on_weights_is_added_outside_the_clipped_sum(K, method):
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("K", KERAS)
+def test_a_weight_the_loss_never_reads_moves_by_its_penalty_alone(K, method):
+  """Keras's gradient of loss + penalties for a weight the loss never reads
+  is the penalty's: the step applies that (a weight ``u = 1`` under L2(0.25)
+  becomes ``1 - 2 * 0.25 = 0.5``, up to float32 rounding) and no noise to
+  it (noise 1 here: a noised zero gradient would move it by ~1)."""
+
+  class Unread(K.layers.Layer):
+
+    def build(self, input_shape):
+      self.u = self.add_weight(name="u", shape=(3,), initializer="ones",
+                               regularizer=K.regularizers.L2(0.25))
+
+    def call(self, inputs):
+      return inputs
+
+  x, y = helpers.make_data("dense", 8)
+  unread = Unread()
+  init = K.initializers.GlorotUniform(seed=0)
+  model = K.Sequential([K.layers.Input((6,)), unread,
+                        K.layers.Dense(3, kernel_initializer=init)])
+  model = compile_dp(K, model, 8, clip=1.0, noise=1.0,
+                     per_example_method=method)
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  np.testing.assert_allclose(unread.u.numpy(), [0.5] * 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("K", KERAS)
 def test_data_dependent_add_loss_is_refused_before_any_update(K, method):
   x, y = helpers.make_data("dense", 8)
   model = compile_dp(K, _penalised_model(K, data_dependent=True), 8,

@@ -1,7 +1,8 @@
 """KerasHub transformers train privately on the fast path: BERT and ViT with
 a classification head, GPT-2 and Gemma with a causal-LM head on the tied
 token embedding (labels and padding mask per token), with and without
-``backbone.enable_lora(4)``.
+``backbone.enable_lora(4)``; Llama and Phi-3 (untied token embedding) under
+a classification head, where ``reverse_embeddings`` has no gradient.
 
 Tiny random-init configs (presets need downloads): 2 layers, hidden 16,
 sequence 8, vocabulary 50 (ViT: 8x8x3 images in 2x2 patches, a class
@@ -12,8 +13,11 @@ against gradient norms ~1-10, so a wrong norm or a missing use of the
 tied embedding moves weights by far more).
 """
 
+import warnings
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -185,3 +189,62 @@ def test_one_changed_image_moves_the_vit_clipped_sum_by_at_most_2c():
                                        - np.asarray(b, np.float64)))
                       for a, b in zip(*(tf.nest.flatten(s) for s in sums))))
   assert 0 < moved <= 2 * clip * (1 + 1e-5), moved
+
+
+def _decoder_classifier(name):
+  """A Llama or Phi-3 backbone (untied token embedding: its
+  ``reverse_embeddings`` is used by no call) under a pooled Dense head:
+  KerasHub 0.32 has no classifier task for these backbones."""
+  config = dict(vocabulary_size=VOCAB, num_layers=1, num_query_heads=2,
+                num_key_value_heads=1, hidden_dim=16, intermediate_dim=32)
+  if name == "llama":
+    backbone = keras_hub.models.LlamaBackbone(**config)
+  else:
+    backbone = keras_hub.models.Phi3Backbone(**config)
+  pooled = K3.layers.GlobalAveragePooling1D()(backbone.output)
+  head = K3.layers.Dense(3, kernel_initializer=K3.initializers.GlorotUniform(
+      seed=1))
+  return backbone, K3.Model(backbone.input, head(pooled))
+
+
+@pytest.mark.parametrize("name", ["llama", "phi3"])
+def test_untied_token_embedding_under_a_classification_head(name):
+  """Full fine-tuning (no LoRA). Regression: the rule's state for the
+  reverse use, which no call makes, gave every record a NaN norm, every
+  record was dropped and the whole DP update was exactly zero. Now, with
+  no noise: clip 1e6 gives the plain mean gradient (Keras's own tape;
+  atol 1e-5 against gradient entries ~0.1-1), clip 0.5 the per-example
+  loop's step (1e-5); ``reverse_embeddings`` keeps its value (no
+  gradient: Keras leaves it out)."""
+  rng = np.random.default_rng(6)
+  x, _, _ = _batch("bert", rng)
+  del x["segment_ids"]
+  y = rng.integers(0, 3, size=BATCH).astype("int32")
+  loss = K3.losses.SparseCategoricalCrossentropy(from_logits=True)
+  K3.utils.set_random_seed(0)
+  backbone, model = _decoder_classifier(name)
+  reverse = backbone.token_embedding.reverse_embeddings
+  with tf.GradientTape() as tape:
+    mean_loss = loss(y, model(x, training=True))
+  grads = tape.gradient(mean_loss, model.trainable_variables)
+  assert [v.path for v, g in zip(model.trainable_variables, grads)
+          if g is None] == [reverse.path]
+  expected = [np.asarray(v.numpy(), np.float64) - (
+      0.0 if g is None else np.asarray(tf.convert_to_tensor(g), np.float64))
+              for v, g in zip(model.trainable_variables, grads)]
+  with pytest.warns(UserWarning, match="noise_multiplier=0"):
+    model = loop_reference.compile_fast(K3, model, BATCH, loss, 1e6,
+                                        run_eagerly=True)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+  for v, e in zip(model.trainable_variables, expected):
+    np.testing.assert_allclose(np.asarray(v.numpy(), np.float64), e,
+                               atol=1e-5, err_msg=v.path)
+  # Keras's own notice, as for a plain step: None reached the optimizer.
+  assert any("Gradients do not exist for variables ['token_embedding/"
+             "reverse_embeddings']" in str(w.message) for w in caught)
+  K3.utils.set_random_seed(0)
+  backbone, model = _decoder_classifier(name)
+  loop_reference.fast_step_matches_loop(K3, model, x, y, 0.5, loss=loss,
+                                        run_eagerly=True)

@@ -91,7 +91,7 @@ def _weighted_ce(y_true, y_pred, sample_weight):
 def test_record_gradients_match_a_loop_over_records(K, microbatches):
   model = helpers.build_model(K, "dense")
   x, y = helpers.make_data("dense", 8)
-  grads, y_pred, losses = per_example.record_gradients(
+  grads, y_pred, losses, _ = per_example.record_gradients(
       model, _weighted_ce, tf.constant(x), tf.constant(y), None,
       microbatches)
   per_record = 1 if microbatches is None else 8 // microbatches
@@ -113,9 +113,9 @@ def test_user_records_sum_their_weighted_examples_gradients(K):
   model = helpers.build_model(K, "dense")
   x, y = helpers.make_data("dense", 6)
   w = np.array([1.0, 2.0, 0.0, 0.5, 1.0, 0.0], np.float32)
-  grads, _, _ = per_example.record_gradients(
+  grads = per_example.record_gradients(
       model, _weighted_ce, tf.constant(x), tf.constant(y), tf.constant(w),
-      num_microbatches=2, record_reduction="sum")
+      num_microbatches=2, record_reduction="sum").grads
   examples = list(helpers.record_grads(model, x, y, 1))
   for user in range(2):
     for v, got in enumerate(grads):

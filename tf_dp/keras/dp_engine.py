@@ -205,12 +205,20 @@ class DPEngine(lot_engine.LotEngine):
     """One batch: clip, add to the lot, and on the lot's last batch noise
     once and apply (``LotEngine.add_batch``).
 
-    ``apply_fn(mean_gradients)`` applies the private mean gradient.
+    ``apply_fn(mean_gradients)`` applies the private mean gradient, None
+    for a variable without a gradient (the loss does not depend on it:
+    Keras leaves it out of the update, and so does the step; its noised
+    zeros are discarded).
     Returns ``(y_pred, per_example_losses)``.
     """
     self.require_population_size()
-    y_pred, losses, batch_sum, records, examples = self.clipped_batch_sum(
-        model, loss_fn, x, y, sample_weight)
+    (y_pred, losses, batch_sum, records, examples,
+     without_gradient) = self.clipped_batch_sum(model, loss_fn, x, y,
+                                                sample_weight)
+    if without_gradient:
+      apply_present = apply_fn
+      apply_fn = lambda mean: apply_present([
+          None if i in without_gradient else g for i, g in enumerate(mean)])
     done = self.add_batch(batch_sum, records, examples, apply_fn)
     with tf.control_dependencies([done]):
       return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
@@ -233,9 +241,11 @@ class DPEngine(lot_engine.LotEngine):
     eagerly, it traces itself first (a step of eager code could do what
     no trace shows).
 
-    Returns ``(y_pred, per_example_losses, batch_sum, records, examples)``;
-    with ``privacy_unit="user"`` the examples counted are the users present
-    (records holding a row of positive weight), the lot's units.
+    Returns ``(y_pred, per_example_losses, batch_sum, records, examples,
+    without_gradient)``; with ``privacy_unit="user"`` the examples counted
+    are the users present (records holding a row of positive weight), the
+    lot's units; ``without_gradient`` holds the indices of the trainable
+    variables whose gradient is None (their sums are zeros).
     """
     if tf.executing_eagerly():
       traced = tf.function(
@@ -272,7 +282,7 @@ class DPEngine(lot_engine.LotEngine):
                                          record_present)
     taps = None
     if fast is not None:
-      grads_sum, y_pred, losses, records, taps = fast
+      grads_sum, y_pred, losses, records, taps, without_gradient = fast
     else:
       if not gated:
         privacy_gate.check_exact_step(model, loss_fn, x, y, sample_weight)
@@ -285,7 +295,7 @@ class DPEngine(lot_engine.LotEngine):
           fast_clipping.vectorized_map_hazard(model_checks.all_layers(model)))
       if hazard is not None:
         raise UnsupportedModelError(hazard)
-      grads, y_pred, losses = per_example.record_gradients(
+      grads, y_pred, losses, without_gradient = per_example.record_gradients(
           model, loss_fn, x, y, sample_weight, num_records, reduction)
       grads_sum = vectorized.clipped_sum(self.gradient_query, grad_params,
                                          grads, weights=record_present)
@@ -314,7 +324,7 @@ class DPEngine(lot_engine.LotEngine):
     if METRICS in params:
       batch_sum[METRICS] = self._metrics_sum(params[METRICS], y, y_pred,
                                              present)
-    return y_pred, losses, batch_sum, records, examples
+    return y_pred, losses, batch_sum, records, examples, without_gradient
 
   def _bn_sum(self, key, params, tap, present):
     """Clipped per-example (mean, mean of squares) of a DP BN layer's input."""

@@ -4,7 +4,6 @@
 
 import tensorflow as tf
 
-from tf_dp.core import vectorized
 from tf_dp.dp_query import eager_variables
 from tf_dp.keras import backend
 from tf_dp.keras import model_checks
@@ -28,6 +27,16 @@ def _check_dense_labels(y, sample_weight):
           f"weights (ragged or sparse inputs are supported). Pad the labels "
           f"(e.g. labels.to_tensor()) and give the padding sample weight 0, "
           f"or use one label per example.")
+
+
+def _sum_of_present(grad, penalty_grad):
+  """``grad + penalty_grad``, either of which may be None (no gradient, as
+  Keras's tape gives for the sum of the loss and the penalties: None only
+  if both are)."""
+  if penalty_grad is None:
+    return grad
+  penalty_grad = tf.convert_to_tensor(penalty_grad)
+  return penalty_grad if grad is None else grad + penalty_grad
 
 
 def private_step(model, optimizer, loss_fn, x, y, sample_weight):
@@ -69,8 +78,7 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
         reg = model_checks.weight_regularization_loss(model)
       extra = None if reg is None else tape.gradient(reg, variables)
     if extra is not None:
-      extra = vectorized.gradients_or_zeros(extra, variables)
-      mean_grads = [g + r for g, r in zip(mean_grads, extra)]
+      mean_grads = [_sum_of_present(g, r) for g, r in zip(mean_grads, extra)]
     optimizer.apply_private_gradients(mean_grads, variables)
 
   with tf.control_dependencies(checked):

@@ -14,6 +14,8 @@ the example itself (or its microbatch), a batch of one that keeps its
 composite type, so the model computes it from that example alone.
 """
 
+from typing import Any, FrozenSet, List, NamedTuple, Set
+
 from absl import logging
 import tensorflow as tf
 
@@ -212,6 +214,14 @@ def record_loss(losses, record_reduction):
   return tf.reduce_mean(losses, -1)
 
 
+class RecordGradients(NamedTuple):
+  """What ``record_gradients`` returns (see there)."""
+  grads: List[tf.Tensor]
+  y_pred: Any
+  losses: tf.Tensor
+  without_gradient: FrozenSet[int]
+
+
 def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
                      num_microbatches=None, record_reduction="mean"):
   """Gradients of each record's loss w.r.t. the trainable variables.
@@ -229,9 +239,13 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
       examples' losses) or ``"sum"`` (user records).
 
   Returns:
-    ``(grads, y_pred, losses)``: grads is a list (one per trainable variable)
-    of ``[records, *var.shape]`` tensors; ``y_pred`` the batch predictions and
-    ``losses`` the ``[batch]`` weighted per-example losses.
+    ``RecordGradients(grads, y_pred, losses, without_gradient)``: grads is
+    a list (one per trainable variable) of ``[records, *var.shape]``
+    tensors; ``y_pred`` the batch predictions, ``losses`` the ``[batch]``
+    weighted per-example losses, and ``without_gradient`` the indices of the
+    variables whose gradient ``tape.gradient`` gives as None (their rows in
+    ``grads`` are zeros; the step leaves them out of the update, as Keras
+    does).
   """
   variables = model.trainable_variables
   split = lambda t: split_into_records(t, num_microbatches)
@@ -242,17 +256,22 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
   ws = tf.nest.map_structure(lambda w: split(tf.cast(w, tf.float32)),
                              sample_weight)
 
+  # Traced once: which gradients the tape gives as None (a structural fact).
+  without_gradient: Set[int] = set()
+
   def one_record(args):
     xi, yi, wi = args
     with tf.GradientTape() as tape:
       pred = model(xi, training=True)
       losses = per_example_loss_fn(yi, pred, wi)
       loss = record_loss(losses, record_reduction)
-    grads = gradients_or_zeros(tape.gradient(loss, variables), variables)
-    return grads, pred, losses
+    raw = tape.gradient(loss, variables)
+    without_gradient.update(i for i, g in enumerate(raw) if g is None)
+    return gradients_or_zeros(raw, variables), pred, losses
 
   grads, preds, losses = map_records(
       one_record, (xs, ys, ws),
       loop=pfor_breaks_recurrence(model_checks.all_layers(model)))
   merge = lambda t: tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
-  return grads, tf.nest.map_structure(merge, preds), merge(losses)
+  return RecordGradients(grads, tf.nest.map_structure(merge, preds),
+                         merge(losses), frozenset(without_gradient))

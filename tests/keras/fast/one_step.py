@@ -82,8 +82,8 @@ def clipped_sums_both_ways(K, model, query, x, y, microbatches=None):
     params = query.derive_sample_params(state)
     fast, _, _, _ = clipped_sum.clipped_batch_sum(model, loss_fn, x, y, None,
                                                   query, params, microbatches)
-    grads, _, _ = per_example.record_gradients(model, loss_fn, x, y, None,
-                                               microbatches)
+    grads = per_example.record_gradients(model, loss_fn, x, y, None,
+                                         microbatches).grads
     clipped = tf.vectorized_map(lambda g: query.preprocess_record(params, g),
                                 grads)
     slow = tf.nest.map_structure(lambda t: tf.reduce_sum(t, 0), clipped)

@@ -161,3 +161,54 @@ def test_embedding_with_repeated_tokens(K):
                                       x, y)
   for a, b in zip(tf.nest.flatten(fast), tf.nest.flatten(slow)):
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _classifier_on_untied_embedding(seq=6):
+  """An untied ReversibleEmbedding called forward only (a classification
+  head, as on a KerasHub Llama backbone): its ``reverse_embeddings`` has
+  no gradient."""
+  L = K3.layers
+  inputs = L.Input((seq,), dtype="int32")
+  embedding = L.ReversibleEmbedding(
+      VOCAB, DIM, tie_weights=False, name="tokens",
+      embeddings_initializer=K3.initializers.RandomNormal(seed=1))
+  h = L.GlobalAveragePooling1D()(embedding(inputs))
+  head = L.Dense(3, kernel_initializer=K3.initializers.GlorotUniform(seed=2))
+  return K3.Model(inputs, head(h)), embedding
+
+
+@REVERSIBLE_EMBEDDING
+@pytest.mark.parametrize("method", ["fast", "vectorized"])
+def test_untied_embedding_never_reversed_is_left_out_of_the_update(method):
+  """Regression: the rule's empty reverse state gave every record a NaN
+  norm (0 / 0), which dropped every record: the whole update was zero.
+  Now, with no noise, the step equals the per-example loop (1e-5, clip 0.5
+  against record norms ~1: every variable's norm and sum is that record's,
+  the variable without a gradient adds nothing), and with noise
+  ``reverse_embeddings`` keeps its value bit for bit, as under Keras,
+  which leaves a variable without a gradient out of the update (a zero
+  gradient would be noised and applied)."""
+  rng = np.random.default_rng(4)
+  x = rng.integers(0, VOCAB, size=(4, 6)).astype("int32")
+  y = rng.integers(0, 3, size=4).astype("int32")
+  loss = K3.losses.SparseCategoricalCrossentropy(from_logits=True)
+  for noise in (0.0, 1.0):
+    K3.utils.set_random_seed(0)
+    model, embedding = _classifier_on_untied_embedding()
+    expected = loop_reference.reference_update(model, loss, x, y, 0.5, 1.0)
+    before = embedding.reverse_embeddings.numpy().copy()
+    table = embedding.embeddings.numpy().copy()
+    model = helpers.compile_dp(K3, model, population_size=4,
+                               learning_rate=1.0, l2_norm_clip=0.5,
+                               noise_multiplier=noise,
+                               per_example_method=method)
+    with pytest.warns(UserWarning, match="Gradients do not exist for "
+                      "variables .*reverse_embeddings"):
+      model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(embedding.reverse_embeddings.numpy(),
+                                  before)
+    if noise == 0.0:
+      for v, e in zip(model.trainable_variables, expected):
+        np.testing.assert_allclose(np.asarray(v.numpy(), np.float64), e,
+                                   atol=1e-5, err_msg=v.path)
+    assert not np.array_equal(embedding.embeddings.numpy(), table)

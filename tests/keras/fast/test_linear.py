@@ -345,3 +345,17 @@ def test_ghost_mass_from_gram_diagonals_bounds_the_row_mass():
                   1)
     assert np.all(mass.numpy() >= rows)
     np.testing.assert_allclose(mass.numpy(), rows, rtol=1e-12)
+
+
+@pytest.mark.parametrize("static_rows", [True, False])
+def test_records_without_rows_have_norm_zero(static_rows):
+  """A rule's state with no positions (an untied ReversibleEmbedding never
+  called in reverse) holds a zero gradient: its certified norm is exactly
+  0 (it was 0 / 0 = NaN, which dropped every record, so the whole update
+  was zero), with the row count known at trace time or only at run time."""
+  h, dl = tf.zeros([3, 0, 4]), tf.zeros([3, 0, 5])
+  np.testing.assert_array_equal(linear.kernel_sq_norms(h, dl, 3), [0, 0, 0])
+  rows = 0 if static_rows else tf.constant(0)
+  zeros = tf.zeros([3], tf.float64)
+  np.testing.assert_array_equal(
+      linear.certified_sq_norms(zeros, zeros, rows, 3), [0, 0, 0])

@@ -54,7 +54,7 @@ class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
     """
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if tf.distribute.get_replica_context() is not None and replicas > 1:
-      grads = [g / replicas for g in grads]
+      grads = [None if g is None else g / replicas for g in grads]
     self.inner_optimizer.apply(grads, trainable_variables)
 
   def finalize_variable_values(self, var_list):

@@ -37,6 +37,7 @@ from tf_dp.keras import backend
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras import privacy_gate
+from tf_dp.keras.fast import gradient_presence
 from tf_dp.keras.fast import linear
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
@@ -362,8 +363,11 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
             tf.reshape(losses, [records, -1]), record_reduction)
         total = tf.reduce_sum(record_losses)
       regions.mark()
-  prediction_grads = [tf.convert_to_tensor(g) for g in loss_tape.gradient(
-      total, predictions, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+  # A prediction the loss does not read has no gradient (as in Keras): the
+  # variables feeding it alone have none either.
+  connected = [(p, tf.convert_to_tensor(g)) for p, g in zip(
+      predictions, loss_tape.gradient(total, predictions)) if g is not None]
+  prediction_grads = [g for _, g in connected]
   regions.mark()
   _check_taps_cover(units, rules, model.trainable_variables,
                     outside.watched_variables(),
@@ -372,8 +376,11 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
     _check_calls(unit, rules, session, getattr(total, "graph", None))
   unit_taps = [session.all_taps[id(u)] for u in units]
   outputs = [[tap.output for tap in taps] for taps in unit_taps]
-  out_grads = tape.gradient(predictions, outputs,
-                            output_gradients=prediction_grads)
+  if connected:
+    out_grads = tape.gradient([p for p, _ in connected], outputs,
+                              output_gradients=prediction_grads)
+  else:
+    out_grads = [[None] * len(taps) for taps in unit_taps]
   regions.mark()
   analysis = privacy_gate.analyse_fast_step(
       regions, privacy_gate.batch_sources(x, y, sample_weight),
@@ -418,11 +425,15 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   ``vectorized.clipped_sum`` leaves them out.
 
   Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
-  plus the taps by layer id if ``return_taps``.
+  plus, if ``return_taps``, the taps by layer id and the indices of the
+  variables without a gradient (``gradient_presence.without_gradient``:
+  their sums are zeros; the step leaves them out of the update).
 
   Raises:
     FastPathUnavailable: at trace time, if a layer whose rule takes one
-      call is called more than once, or with tensor keyword arguments.
+      call is called more than once, or with tensor keyword arguments, or
+      if a rule's clipped sum leaves out a call that reads a variable
+      (``gradient_presence.check_sums_follow_calls``).
   """
   if tf.executing_eagerly():
     if return_taps:
@@ -444,6 +455,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   y_pred, losses, unit_taps, out_grads = _proven_taps(
       model, loss_fn, x, y, sample_weight, units, rules, pre_activation,
       records, record_reduction)
+  absent = gradient_presence.without_gradient(variables, unit_taps, out_grads)
   index = {id(v): i for i, v in enumerate(variables)}
   sq_norms = [None] * len(variables)
   states = []
@@ -467,6 +479,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       for v, sq in zip(unit_vars, unit_sq):
         sq_norms[index[id(v)]] = sq
       states.append((rule, state, unit_vars))
+    sq_norms = gradient_presence.zero_where_absent(sq_norms, absent)
     keep = tf.reduce_all(tf.stack([tf.math.is_finite(s) for s in sq_norms]), 0)
     safe_sq = [tf.where(keep, s, tf.zeros_like(s)) for s in sq_norms]
     scales, extra = query.record_scales(params, safe_sq)
@@ -477,6 +490,10 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       for v, total_v in zip(unit_vars,
                             rule.clipped_sums(state, unit_scales, keep)):
         scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
+  gradient_presence.check_sums_follow_calls(
+      units, variables, unit_taps, out_grads, scaled_sum, absent,
+      scales + [keep])
+  scaled_sum = gradient_presence.zero_where_absent(scaled_sum, absent)
   # A record of weight 0 has a zero gradient, so it adds nothing to the
   # scaled sums whatever its scale (leaving it out of ``keep`` would only
   # make every mask select, every step of a padded lot); it is left out of
@@ -490,4 +507,4 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
          records)
   last_taps = {id(unit): taps[-1] for unit, taps in zip(units, unit_taps)}
-  return out + (last_taps,) if return_taps else out
+  return out + (last_taps, absent) if return_taps else out

@@ -304,7 +304,9 @@ def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records,
     floor = LEVERAGE * np.sqrt(np.float64(rows_per_record))
   else:
     floor = LEVERAGE * tf.sqrt(tf.cast(rows_per_record, tf.float64))
-  norm = tf.maximum(norm, mass / floor)
+  # No rows (a reverse embedding never called in reverse): the gradient and
+  # U are 0, and so is the norm; 0 / 0 would be NaN and drop every record.
+  norm = tf.maximum(norm, tf.math.divide_no_nan(mass, floor))
   return float32_upper_bound(tf.square(norm))
 
 

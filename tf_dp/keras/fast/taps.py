@@ -21,13 +21,15 @@ import tensorflow as tf
 
 
 class Tap:
-  """What one call of one layer recorded."""
+  """What one call of one layer recorded: ``reads`` lists the variables the
+  call read (None when not recorded, outside ``outside_reads``)."""
 
-  def __init__(self, layer, args, kwargs, output):
+  def __init__(self, layer, args, kwargs, output, reads=None):
     self.layer = layer
     self.args = args
     self.kwargs = kwargs
     self.output = output
+    self.reads = reads
 
 
 class TapSession:
@@ -60,21 +62,23 @@ class TapSession:
     self.all_taps.setdefault(id(layer), []).append(tap)
 
   def _run(self, layer, original, args, kwargs):
-    """Runs the layer's call; under ``outside_reads``, the variables it
-    reads are collected in ``reads`` (not in the tape of the enclosing
-    code, or of an enclosing tapped call)."""
+    """``(output, variables read)`` of the layer's call; under
+    ``outside_reads``, the variables it reads are also collected in
+    ``reads`` (not in the tape of the enclosing code, or of an enclosing
+    tapped call); otherwise the variables read are None (not recorded)."""
     if self._outside is None:
-      return original(*args, **kwargs)
+      return original(*args, **kwargs), None
     enclosing = self._watcher
     with enclosing.stop_recording():
       with tf.GradientTape() as watcher:
         self._watcher = watcher
         try:
-          return original(*args, **kwargs)
+          output = original(*args, **kwargs)
         finally:
           self._watcher = enclosing
-          self.reads.setdefault(id(layer), []).extend(
-              watcher.watched_variables())
+          call_reads = list(watcher.watched_variables())
+          self.reads.setdefault(id(layer), []).extend(call_reads)
+    return output, call_reads
 
   def _make_call(self, layer, original):
     def call(*args, **kwargs):
@@ -83,13 +87,13 @@ class TapSession:
         activation = layer.activation
         layer.activation = None
         try:
-          z = self._run(layer, original, args, kwargs)
+          z, reads = self._run(layer, original, args, kwargs)
         finally:
           layer.activation = activation
-        self._record(layer, Tap(layer, args, kwargs, z))
+        self._record(layer, Tap(layer, args, kwargs, z, reads))
         return z if activation is None else activation(z)
-      out = self._run(layer, original, args, kwargs)
-      self._record(layer, Tap(layer, args, kwargs, out))
+      out, reads = self._run(layer, original, args, kwargs)
+      self._record(layer, Tap(layer, args, kwargs, out, reads))
       return out
     return call
 
