@@ -248,10 +248,17 @@ class DPEngine(lot_engine.LotEngine):
     variables whose gradient is None (their sums are zeros).
     """
     if tf.executing_eagerly():
-      traced = tf.function(
-          lambda x, y, w: self._traced_batch_sum(model, loss_fn, x, y, w),
-          autograph=False)
-      return traced(x, y, sample_weight)
+      # The variables without a gradient are known when tracing (a Python
+      # set): kept aside, the function returns tensors only.
+      known = {}
+
+      def traced(x, y, w):
+        *tensors, known["without_gradient"] = self._traced_batch_sum(
+            model, loss_fn, x, y, w)
+        return tensors
+
+      tensors = tf.function(traced, autograph=False)(x, y, sample_weight)
+      return tuple(tensors) + (known["without_gradient"],)
     return self._traced_batch_sum(model, loss_fn, x, y, sample_weight)
 
   def _traced_batch_sum(self, model, loss_fn, x, y, sample_weight):

@@ -217,7 +217,8 @@ def _broadcast_grads(analysis, tap, grads):
   ``_summed_over_examples`` form of its gradient, or None."""
   outputs = tf.nest.flatten(tap.output)
   return [_summed_over_examples(analysis, g)
-          if isinstance(analysis.label(g), labels_lib.Mixed) and all(
+          if isinstance(g, tf.Tensor) and isinstance(
+              analysis.label(g), labels_lib.Mixed) and all(
               analysis.label(o) is PUBLIC for o in outputs
               if isinstance(o, tf.Tensor)) else None
           for g in tf.nest.flatten(grads)]

@@ -341,7 +341,8 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
   ``each_example_alone``) gives per-example gradients by construction, and
   the gate then labels the model's backward pass from them.
 
-  Returns ``(y_pred, losses, taps per unit, output gradients per unit)``.
+  Returns ``(y_pred, losses, taps per unit, output gradients per unit,
+  what the rules read of them per unit)``.
 
   Raises:
     FastPathUnavailable: if the model's calls cannot be tapped, or the gate
@@ -402,7 +403,14 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
     rules[id(unit)] = rules_lib.LocalVectorizedRule(
         session.original_call(unit)[0], layout=layout,
         without_activation=pre_activation[id(unit)])
-  return y_pred, losses, unit_taps, out_grads
+  # What each rule reads of the output gradients: for a public output
+  # broadcast to every example, the unsummed gradient.
+  read_grads = [list(grads) for grads in out_grads]
+  for index, layout in moved.items():
+    read_grads[index][0] = tf.nest.pack_sequence_as(
+        out_grads[index][0], [g if s is None else s[0] for g, s in zip(
+            tf.nest.flatten(out_grads[index][0]), layout.summed)])
+  return y_pred, losses, unit_taps, out_grads, read_grads
 
 
 def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
@@ -452,7 +460,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   pre_activation = {k: bool(r and r.pre_activation) for k, r in rules.items()}
   first = tf.nest.flatten(x)[0]
   records = _records(first, num_microbatches)
-  y_pred, losses, unit_taps, out_grads = _proven_taps(
+  y_pred, losses, unit_taps, out_grads, read_grads = _proven_taps(
       model, loss_fn, x, y, sample_weight, units, rules, pre_activation,
       records, record_reduction)
   absent = gradient_presence.without_gradient(variables, unit_taps, out_grads)
@@ -491,7 +499,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
                             rule.clipped_sums(state, unit_scales, keep)):
         scaled_sum[index[id(v)]] = tf.cast(total_v, tf.as_dtype(v.dtype))
   gradient_presence.check_sums_follow_calls(
-      units, variables, unit_taps, out_grads, scaled_sum, absent,
+      units, variables, unit_taps, read_grads, scaled_sum, absent,
       scales + [keep])
   scaled_sum = gradient_presence.zero_where_absent(scaled_sum, absent)
   # A record of weight 0 has a zero gradient, so it adds nothing to the
