@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.errors import IncompleteLedgerError
+from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import BUFFER_KEYS
 
@@ -64,9 +65,19 @@ def restore_ledger(ledger, state):
   """Overwrites ``ledger`` with the exported ledger in ``state``.
 
   Raises:
+    LedgerFormatError: if ``state`` holds part of a ledger (a saved name
+      missing: an epsilon computed from the rest could be too small).
     ValueError: if the saved ledger holds more rows than ``ledger`` has
       room for, naming ``max_lots``.
   """
+  missing = [saved for saved, _ in _SAVED_NAMES if saved not in state]
+  if missing:
+    raise LedgerFormatError(
+        f"The saved DP optimizer state holds part of a privacy ledger: "
+        f"{[PREFIX + name for name in missing]} are missing. Load the file "
+        f"the model was saved to whole, or compile a new tf_dp.DPOptimizer "
+        f"that continues a ledger read whole (ledger=tf_dp.PrivacyLedger."
+        f"from_dict(data, max_samples=...)).")
   try:
     ledger.import_buffers({key: state[saved] for saved, key in _SAVED_NAMES})
   except ValueError as e:
