@@ -15,6 +15,15 @@ function of the data, so it is never written to disk, and a model saved in
 the middle of a lot continues with a fresh lot (nothing of the open one was
 released).
 
+What any file may hold is decided where every writer reaches state, never
+per format: TF's object graph (``LotEngine._trackable_children``, walked by
+checkpoints, BackupAndRestore, TF-format weights and SavedModels, whatever
+the API) and Keras's own state (``export_state`` here, asked for by the
+``.keras``, ``.h5`` and ``.weights.h5`` writers). The secrets (the noise key,
+an open lot, a correlated-noise query's last noises) are reachable through
+neither, and Keras's un-noised training metric totals are reset whenever a
+private model is written (``tf_dp.keras.written_metrics``).
+
 A ledger that cannot be restored is never restarted silently: the wrapped
 optimizer's ``iterations`` counts the lots applied (one ``apply`` per lot),
 and ``check_ledger_covers`` refuses to train when it exceeds the lots the
