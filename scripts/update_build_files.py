@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("tf_dp", "tests", "benchmarks", "tutorials")
 THIRD_PARTY = {
-    "absl": "absl-py", "dp_accounting": "dp-accounting",
+    "absl": "absl-py", "dp_accounting": "dp-accounting", "h5py": "h5py",
     "hypothesis": "hypothesis", "keras": "keras", "matplotlib": "matplotlib",
     "mpmath": "mpmath", "nbclient": "nbclient", "nbformat": "nbformat",
     "numpy": "numpy", "pytest": "pytest", "scipy": "scipy",

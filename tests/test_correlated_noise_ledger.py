@@ -92,3 +92,17 @@ def test_checkpoint_keeps_the_record(tmp_path):
   fresh = CorrelatedNoiseLedger(strategy)
   tf.train.Checkpoint(ledger=fresh).read(path).assert_consumed()
   assert fresh.to_dict() == ledger.to_dict()
+
+
+def test_a_record_restored_into_another_strategy_is_refused(tmp_path):
+  """The file holds the strategy and promise the steps were run for: read
+  into a ledger of another one, the record is refused, not accounted for
+  the wrong strategy."""
+  strategy = mf.banded_strategy(10, 2)
+  ledger = CorrelatedNoiseLedger(strategy)
+  _run(_query(strategy), ledger, 4)
+  path = tf.train.Checkpoint(ledger=ledger).write(str(tmp_path / "c"))
+  other = CorrelatedNoiseLedger(mf.banded_strategy(10, 3))
+  tf.train.Checkpoint(ledger=other).read(path)
+  with pytest.raises(PrivacyError, match="made for another strategy"):
+    other.to_dict()

@@ -9,8 +9,10 @@ strategy's order. ``tf_dp.analysis.correlated_noise_accounting`` computes
 epsilon from its ``to_dict()``.
 """
 
-from typing import Any, Dict, Optional
+import json
+from typing import Any, Callable, Dict, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
@@ -18,6 +20,29 @@ from tf_dp.analysis import correlated_noise_accounting as accounting
 from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.dp_query import events as events_lib
 from tf_dp.errors import PrivacyError
+
+# The variables of a record that change as the run goes (a file holds them
+# under these names), and ``FIXED_FIELDS``: the JSON of the fields fixed
+# when the ledger is made (strategy, promise, neighbouring relation), kept
+# in a string variable so that a file holds the whole record.
+COUNTERS = ("l2_norm_clip", "noise_stddev", "passes", "min_separation",
+            "steps_run", "inconsistent_steps")
+FIXED_FIELDS = "fixed_fields"
+
+
+def record_from_values(read: Callable[[str], Any]) -> Dict[str, Any]:
+  """The record (``CorrelatedNoiseLedger.to_dict()``) from its variables'
+  values, ``read(name)`` for each of ``FIXED_FIELDS`` and ``COUNTERS``
+  (from memory or from a file)."""
+  fixed = read(FIXED_FIELDS)
+  record = json.loads(fixed.decode() if isinstance(fixed, bytes) else fixed)
+  values = {name: np.asarray(read(name)).item() for name in COUNTERS}
+  if values["min_separation"] == tf.int64.max:
+    values["min_separation"] = None
+  for name in ("l2_norm_clip", "noise_stddev"):
+    values[name] = float(values[name])
+  record.update(values)
+  return record
 
 
 class CorrelatedNoiseLedger(tf.Module):
@@ -73,6 +98,9 @@ class CorrelatedNoiseLedger(tf.Module):
                                              tuple(mf.NEIGHBOURING))
     strategy.sensitivity(self._passes, self._min_separation)  # refuses early
     f64 = tf.float64
+    self.fixed_fields = tf.Variable(self._fixed_fields_json(),
+                                    dtype=tf.string, trainable=False,
+                                    name=f"{name}/{FIXED_FIELDS}")
     self.steps_run = tf.Variable(0, dtype=tf.int64, trainable=False,
                                  name=f"{name}/steps_run")
     self.inconsistent_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -228,22 +256,31 @@ class CorrelatedNoiseLedger(tf.Module):
         self.min_separation.assign(tf.minimum(self.min_separation,
                                               separation)))
 
-  def to_dict(self) -> Dict[str, Any]:
-    """The record as plain data (eager), for
-    ``correlated_noise_accounting``."""
-    separation = int(self.min_separation.numpy())
-    return {
+  def _fixed_fields_json(self) -> str:
+    return json.dumps({
         "format": accounting.FORMAT,
         "strategy": accounting.strategy_to_dict(self._strategy),
-        "l2_norm_clip": float(self.l2_norm_clip.numpy()),
-        "noise_stddev": float(self.noise_stddev.numpy()),
         "neighbouring": self._neighbouring,
         "promised_passes": self._passes,
-        "promised_min_separation": self._min_separation,
-        "passes": int(self.passes.numpy()),
-        "min_separation": None if separation == tf.int64.max else separation,
-        "steps_run": int(self.steps_run.numpy()),
-        "inconsistent_steps": int(self.inconsistent_steps.numpy())}
+        "promised_min_separation": self._min_separation}, sort_keys=True)
+
+  def to_dict(self) -> Dict[str, Any]:
+    """The record as plain data (eager), for
+    ``correlated_noise_accounting``.
+
+    Raises:
+      PrivacyError: if a restored file's record was made for another
+        strategy, promise or neighbouring relation than this ledger's.
+    """
+    if self.fixed_fields.numpy().decode() != self._fixed_fields_json():
+      raise PrivacyError(
+          "The correlated-noise record restored from a file was made for "
+          "another strategy, promised participation or neighbouring "
+          "relation than this optimizer's: its steps were not accounted "
+          "for this one. Restore it into an optimizer built with the run's "
+          "own DPOptimizer(..., noise_strategy=..., max_passes=...), or "
+          "read it with tf_dp.estimator.ledger_from_checkpoint.")
+    return record_from_values(lambda name: getattr(self, name).numpy())
 
   def epsilon(self, delta: float) -> float:
     """``correlated_noise_accounting.correlated_noise_epsilon`` of this

@@ -191,3 +191,20 @@ def test_epsilon_statement_names_the_unit():
   assert text.startswith("(epsilon = 1.25, delta = 1e-05)-DP per user: ")
   assert "one user (all their examples)" in text
   assert "per example" in analysis.epsilon_statement(2.0, 1e-5)
+
+
+def test_part_of_a_ledger_export_is_refused():
+  """An export is read whole or refused: without its dropped-sample count
+  (samples the ledger could not record), or as a correlated-noise run's
+  samples without its record (each sample then releases nothing: epsilon
+  0), no epsilon is computed."""
+  whole = ledger([sample()] * 3)
+  without_dropped = {k: v for k, v in whole.items() if k != "dropped_samples"}
+  with pytest.raises(ValueError, match=r"missing \['dropped_samples'\]"):
+    analysis.compute_epsilon_from_ledger(without_dropped, 1e-5)
+  correlated_samples = ledger([sample(queries=())] * 3)
+  with pytest.raises(ValueError, match="records no sum query.*'correlated_"
+                     "noise'.*is missing from this export"):
+    analysis.compute_epsilon_from_ledger(correlated_samples, 1e-5)
+  with pytest.raises(ValueError, match="records no sum query"):
+    analysis.compute_rdp_from_ledger(correlated_samples, ORDERS)

@@ -177,6 +177,8 @@ def test_every_field_is_validated_with_its_path(bad, match):
      r"newer tf_dp.*upgrade"),
     ({"format": "other", "samples": []}, r"Not a tf_dp ledger export"),
     ({"dropped_samples": 0, "samples": [A]}, r"Not a tf_dp ledger export"),
+    ({"format": schema.FORMAT_V1, "samples": [A]},
+     r"missing \['dropped_samples'\]"),
     ([A], r"must be a dict"),
     (v1({"0": A}), r"samples must be a list"),
 ])

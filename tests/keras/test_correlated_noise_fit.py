@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_dp
 from tests.keras import helpers
 from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.estimator import checkpoint_ledger
 from tf_dp.errors import PrivacyError
 
 KERAS = helpers.keras_modules()
@@ -120,31 +121,69 @@ def test_ledger_records_the_participation_run(K, tmp_path):
     model.save_weights(str(tmp_path / "model.h5"))
 
 
-def _saved_variable_names(path):
-  return set(tf.train.load_checkpoint(
-      str(path / "variables" / "variables")).get_variable_to_shape_map())
+def _history_written(path):
+  """The noise-history variables in the TF checkpoint bundle ``path``."""
+  return sorted(name for name, _ in tf.train.list_variables(path)
+                if "/history/" in name)
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_a_saved_model_never_holds_the_noise_state(K, tmp_path):
-  """The correlated noise's state (the last noises added) is in
-  checkpoints, which continue training and stay private, and in no
-  SavedModel: two consecutive ones would give away a clipped sum."""
+def test_no_file_holds_the_noise_state(K, tmp_path):
+  """The correlated noise's state (the last noises added) never leaves the
+  process: two consecutive files holding it would give away a clipped sum.
+  No checkpoint, TF-format weights file or SavedModel holds it; the ledger
+  is in each, whole (its epsilon read from the file is the run's)."""
   x, y = helpers.make_data("dense", N)
   model = _model(K, 1.5, noise_strategy=mf.banded_strategy(6, 3),
                  max_passes=2)
   _fit(K, model, x, y, 1)
-  history = lambda names: sorted(n for n in names if "/history/" in n)
-  checkpoint = tf.train.Checkpoint(model=model).save(str(tmp_path / "ck"))
-  assert history(name for name, _ in tf.train.list_variables(checkpoint))
+  assert model.optimizer.dp_engine.global_state["grads"].history
+  epsilon = tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)[0]
+  files = {"checkpoint": tf.train.Checkpoint(
+      model=model, optimizer=model.optimizer).write(str(tmp_path / "ck"))}
   tf.saved_model.save(model, str(tmp_path / "saved"))
-  saved = _saved_variable_names(tmp_path / "saved")
-  assert not history(saved)
-  assert any("dp_engine/ledger" in n for n in saved)  # The optimizer is in.
-  if K.__name__ == "tf_keras":  # Keras 2's model.save to a directory.
+  files["SavedModel"] = str(tmp_path / "saved" / "variables" / "variables")
+  if K.__name__ != "keras":  # Keras 2: TF-format weights and SavedModel.
+    model.save_weights(str(tmp_path / "weights"))
+    files["weights"] = str(tmp_path / "weights")
     model.save(str(tmp_path / "keras2"))
-    assert not history(_saved_variable_names(tmp_path / "keras2"))
-    K.models.load_model(str(tmp_path / "keras2"))
+    files["Keras 2 SavedModel"] = str(tmp_path / "keras2")
+  for kind, path in files.items():
+    if kind != "Keras 2 SavedModel":
+      assert not _history_written(path), kind
+    read = checkpoint_ledger.ledger_from_checkpoint(path)
+    assert tf_dp.analysis.compute_epsilon_from_ledger(read, 1e-5)[0] == (
+        pytest.approx(epsilon, rel=1e-12)), kind
+  if K.__name__ != "keras":
+    assert not _history_written(files["Keras 2 SavedModel"] + "/variables/"
+                                "variables")
+    K.models.load_model(files["Keras 2 SavedModel"])
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_restored_run_cannot_continue_its_correlated_noise(K, tmp_path):
+  """A checkpoint holds no noise state, so a run restored from it in a new
+  model refuses to continue (its ledger is whole); the same model, whose
+  state stayed in memory, continues after restoring its latest
+  checkpoint."""
+  x, y = helpers.make_data("dense", N)
+  strategy = mf.banded_strategy(6, 3)
+  model = _model(K, 1.5, noise_strategy=strategy, max_passes=2)
+  _fit(K, model, x, y, 1)
+  path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
+      str(tmp_path / "ck"))
+  restored = _model(K, 1.5, noise_strategy=strategy, max_passes=2)
+  tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).read(path)
+  assert restored.optimizer.ledger.to_dict() == (
+      model.optimizer.ledger.to_dict())
+  with pytest.raises(PrivacyError, match="records 3 steps but its noise "
+                     "state is at step 0.*new tf_dp.DPOptimizer"):
+    _fit(K, restored, x, y, 1)
+  tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(path)
+  _fit(K, model, x, y, 1)
+  assert model.optimizer.ledger.to_dict()["correlated_noise"][
+      "steps_run"] == 6
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tf_dp
+from tf_dp.errors import LedgerFormatError
 from tf_dp.keras import optimizer_state
 from tests.keras import helpers
 
@@ -58,3 +59,17 @@ def test_check_ledger_covers_counts_written_and_dropped_samples(K):
   optimizer_state.check_ledger_covers(3, ledger)
   with pytest.raises(ValueError, match="records only 3"):
     optimizer_state.check_ledger_covers(4, ledger)
+
+
+@pytest.mark.parametrize("K", helpers.keras_modules()[:1])
+def test_part_of_a_saved_ledger_is_refused(K):
+  """A saved state missing one of the ledger's arrays (a Keras 2 '.h5' file
+  with fewer optimizer weights, a '.keras' file with a dataset removed) is
+  refused with the missing names, never loaded as a shorter ledger."""
+  state = _trained(K).optimizer.dp_state()
+  for name in SAVED_NAMES:
+    partial = {k: v for k, v in state.items() if k != name}
+    fresh = tf_dp.PrivacyLedger(5, 0.5, max_samples=10)
+    with pytest.raises(LedgerFormatError, match=f"tf_dp_{name}.*missing"):
+      optimizer_state.restore_ledger(fresh, partial)
+    assert int(fresh.sample_count.numpy()) == 0

@@ -130,10 +130,20 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
     PrivacyError: if the samples do not all have one privacy unit (a
       per-example sample says nothing about a user's examples together,
       and a per-user epsilon cannot be composed from it).
+    LedgerFormatError: if a sample records no sum query (a correlated-noise
+      run's samples without its record: part of a ledger).
   """
   out: List[Tuple[LedgerEvent, int]] = []
   runs = ledger_runs(ledger)
   _privacy_unit_of_runs(runs)
+  if any(not sample.sum_queries for sample, _ in runs):
+    raise LedgerFormatError(
+        "A sample of this ledger records no sum query: only a "
+        "correlated-noise run (DPOptimizer(..., noise_strategy=...)) "
+        "records such samples, and its record ('correlated_noise', which "
+        "its epsilon is computed from) is missing from this export. Read "
+        "the whole ledger: ledger.to_dict() or to_json() of the optimizer's "
+        "ledger, or tf_dp.estimator.ledger_from_checkpoint of its file.")
   for sample, count in runs:
     event = LedgerEvent(sample.sampling, sample.sampling_probability,
                         sample_noise_multiplier(sample.sum_queries),

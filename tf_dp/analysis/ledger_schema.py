@@ -274,8 +274,7 @@ def decode(data: Any) -> Tuple[List[Run], int]:
   top = {"format": lambda where, value: value,
          "dropped_samples": int_at_least(0),
          key: lambda where, value: _read_runs(where, value, fields)}
-  export = read_object("", data, top, {"dropped_samples": 0},
-                       label=f"A {fmt} ledger export")
+  export = read_object("", data, top, label=f"A {fmt} ledger export")
   return export[key], export["dropped_samples"]
 
 

@@ -111,23 +111,58 @@ class LotEngine(tf.Module):
     self.expected_lot_examples = None
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
-    """The tracked state; a SavedModel never holds correlated noise.
+    """The tracked state: what any TF writer may put in a file.
 
-    Privacy contract: a correlated-noise query's global state holds the
-    last noises it added, so two consecutive saves of it give away a
-    clipped gradient sum. Checkpoints (``tf.train.Checkpoint``,
-    BackupAndRestore) keep it, to be kept as private as the data; a
-    SavedModel (Keras 2's ``model.save`` to a directory,
-    ``tf.saved_model.save``, Keras 3's ``model.export``), a format made to
-    be handed out, is written without it (its loader does not continue
-    training from the optimizer's state).
+    Privacy contract: every format built on TF's object graph (checkpoints
+    of ``tf.train.Checkpoint`` or BackupAndRestore, Keras 2's TF-format
+    ``save_weights``, SavedModels: the same walk, whatever the API or save
+    type) writes the ledger, the budget and a query's public state, and
+    never a secret: the open lot and the noise key are not tracked at all,
+    and a correlated-noise query's global state (the last noises it added:
+    two consecutive files would give away a clipped gradient sum) is left
+    out here. A run restored from such a file therefore cannot continue its
+    correlated noise (``check_noise_state_continues`` refuses it); its
+    ledger is whole.
     """
     children = super()._trackable_children(save_type, **kwargs)
-    if (save_type == "savedmodel"
-        and getattr(self.config, "noise_strategy", None) is not None):
+    if self.holds_correlated_noise:
       children = {name: child for name, child in children.items()
                   if name != "global_state"}
     return children
+
+  @property
+  def holds_correlated_noise(self) -> bool:
+    """Whether the query's global state holds the last noises added
+    (``noise_strategy``): state that never leaves the process."""
+    return getattr(self.config, "noise_strategy", None) is not None
+
+  def check_noise_state_continues(self) -> None:
+    """Raises (eagerly) if a correlated-noise run's ledger counts other
+    steps than its noise state: the state was not kept (a run restored
+    from a file, which never holds it, or an older file restored over a
+    later state), and noise drawn from it would not be the strategy's.
+
+    Raises:
+      PrivacyError: naming the ways on.
+    """
+    record = getattr(self.ledger, "correlated_noise", None)
+    if not (self._built and self.holds_correlated_noise
+            and record is not None):
+      return
+    steps = int(record.steps_run.numpy())
+    state = self.global_state[GRADIENTS]
+    if int(state.step.numpy()) == steps:
+      return
+    raise PrivacyError(
+        f"This correlated-noise run's ledger records {steps} steps but its "
+        f"noise state is at step {int(state.step.numpy())}: the state (the "
+        f"last noises added) never leaves the process that drew them, so a "
+        f"run restored from a checkpoint or saved file cannot continue its "
+        f"correlated noise. Its ledger is whole: read its epsilon with "
+        f"tf_dp.analysis.compute_epsilon_from_ledger(optimizer.ledger, "
+        f"delta). To train further, compile a new tf_dp.DPOptimizer (a new "
+        f"run from these weights) and add up the two runs' epsilons and "
+        f"deltas.")
 
   @property
   def max_lot_examples(self) -> tf.Variable:

@@ -129,7 +129,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       (one fixed order, so one example's participations are a pass apart)
       and refuses, before any step, more steps than the strategy was built
       for or more passes than ``max_passes``. The model cannot be saved
-      with its optimizer (save the weights).
+      with its optimizer to Keras files (save the weights); checkpoints
+      and SavedModels hold no noise state, so a run restored from one
+      cannot continue its correlated noise.
     max_passes: With ``noise_strategy``: the most passes (epochs) the run
       may make.
     name: Optional name.

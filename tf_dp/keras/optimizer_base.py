@@ -117,7 +117,8 @@ class DPOptimizerMixin:
 
     Raises:
       ValueError: if the optimizer has applied more lots than its ledger
-        records (a ledger that was not restored with the model).
+        records (a ledger that was not restored with the model), or a
+        correlated-noise run's noise state was not kept with its ledger.
     """
     if not self.dp_engine.built:
       self.dp_engine.build(var_list, model)
@@ -126,6 +127,7 @@ class DPOptimizerMixin:
     self.dp_engine.apply_inferred_population_size()
     optimizer_state.check_ledger_covers(self._lots_applied(),
                                         self.dp_engine.ledger)
+    self.dp_engine.check_noise_state_continues()
 
   def _lots_applied(self):
     """Lots applied so far: the wrapped optimizer's step counter (one step

@@ -15,6 +15,15 @@ function of the data, so it is never written to disk, and a model saved in
 the middle of a lot continues with a fresh lot (nothing of the open one was
 released).
 
+What any file may hold is decided where every writer reaches state, never
+per format: TF's object graph (``LotEngine._trackable_children``, walked by
+checkpoints, BackupAndRestore, TF-format weights and SavedModels, whatever
+the API) and Keras's own state (``export_state`` here, asked for by the
+``.keras``, ``.h5`` and ``.weights.h5`` writers). The secrets (the noise key,
+an open lot, a correlated-noise query's last noises) are reachable through
+neither, and Keras's un-noised training metric totals are reset whenever a
+private model is written (``tf_dp.keras.written_metrics``).
+
 A ledger that cannot be restored is never restarted silently: the wrapped
 optimizer's ``iterations`` counts the lots applied (one ``apply`` per lot),
 and ``check_ledger_covers`` refuses to train when it exceeds the lots the
@@ -25,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.errors import IncompleteLedgerError
+from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import BUFFER_KEYS
 
@@ -64,9 +74,19 @@ def restore_ledger(ledger, state):
   """Overwrites ``ledger`` with the exported ledger in ``state``.
 
   Raises:
+    LedgerFormatError: if ``state`` holds part of a ledger (a saved name
+      missing: an epsilon computed from the rest could be too small).
     ValueError: if the saved ledger holds more rows than ``ledger`` has
       room for, naming ``max_lots``.
   """
+  missing = [saved for saved, _ in _SAVED_NAMES if saved not in state]
+  if missing:
+    raise LedgerFormatError(
+        f"The saved DP optimizer state holds part of a privacy ledger: "
+        f"{[PREFIX + name for name in missing]} are missing. Load the file "
+        f"the model was saved to whole, or compile a new tf_dp.DPOptimizer "
+        f"that continues a ledger read whole (ledger=tf_dp.PrivacyLedger."
+        f"from_dict(data, max_samples=...)).")
   try:
     ledger.import_buffers({key: state[saved] for saved, key in _SAVED_NAMES})
   except ValueError as e:

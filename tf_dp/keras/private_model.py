@@ -24,6 +24,7 @@ from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
 from tf_dp.keras import optimizer_base
+from tf_dp.keras import written_metrics
 from tf_dp.sampling import Sampling
 
 
@@ -177,7 +178,9 @@ def make_private(model: Any) -> Any:
   ``sampling="shuffled"`` (what Keras does with them); under
   ``"fixed_size"`` or ``"poisson"`` it trains only on a dataset marked with
   that sampling, and is otherwise refused before any step
-  (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``).
+  (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``). No file
+  written from the model holds Keras's un-noised training metric totals
+  (``tf_dp.keras.written_metrics``).
 
   Args:
     model: A Keras model (built or not).
@@ -200,6 +203,7 @@ def make_private(model: Any) -> Any:
   model.train_step = types.MethodType(_dp_train_step, model)
   model.fit = types.MethodType(_dp_fit, model)
   model.train_on_batch = types.MethodType(_dp_train_on_batch, model)
+  written_metrics.never_write_metric_totals(model)
   # A fit before the conversion traced the non-private step: trace anew.
   if getattr(model, "train_function", None) is not None:
     model.train_function = None
