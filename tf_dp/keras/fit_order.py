@@ -23,6 +23,7 @@ from tf_dp.analysis import fixed_order as fixed_order_accounting
 from tf_dp.data import lots as data_lots
 from tf_dp.data import order as data_order
 from tf_dp.errors import SamplingMismatchError
+from tf_dp.keras import fit_sampling
 from tf_dp.privacy_ledger import SamplingEvent
 from tf_dp.sampling import Sampling
 
@@ -42,8 +43,13 @@ FIXES = (
 
 def _array_order(bound, keras_backend):
   """Why ``fit``'s arrays come in a fixed order, or None if Keras
-  reshuffles their rows every epoch."""
+  reshuffles their rows every epoch, or if one batch holds them all (every
+  lot is then all n examples, recorded with q = 1: nothing is amplified,
+  whatever the order)."""
   shuffle = bound.get("shuffle", True)
+  examples = fit_sampling.training_examples(bound)
+  if examples is not None and (bound.get("batch_size") or 32) >= examples:
+    return None
   if shuffle is False:
     return ("fit(..., shuffle=False) takes the arrays' batches in their "
             "given order every epoch")
@@ -77,8 +83,9 @@ def check_order(config, bound, keras_backend, population_size):
   """Refuses, before any step, a ``fit`` under ``sampling="shuffled"``
   whose batches are not shown to be a fresh random shuffle of the examples.
 
-  Shown random: arrays with Keras's ``shuffle=True``, and a ``tf.data``
-  pipeline whose batching reads a shuffle of the rows that reshuffles every
+  Shown random: arrays with Keras's ``shuffle=True`` (or in one batch
+  of all of them, whose lots record q = 1, no amplification), and a
+  ``tf.data`` pipeline whose batching reads a shuffle of the rows that reshuffles every
   epoch with a buffer of at least n (``tf_dp.data.order.batch_order``).
   Not shown: arrays with ``shuffle=False`` or ``shuffle="batch"``, a
   pipeline in order, shuffled after batching, or with a smaller buffer,
