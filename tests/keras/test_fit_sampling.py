@@ -90,91 +90,18 @@ def test_fit_on_arrays_with_shuffled_sampling_is_unaffected(K):
 def test_shuffled_arrays_under_a_global_seed_warn(K):
   """A global seed makes Keras's shuffle the same in every run: whoever
   knows it knows each example's batch, which the ledger counts as random.
-  fit warns, as for a sampler's fixed seed; without a global seed, or
-  with shuffle=False, it does not."""
+  fit warns, as for a sampler's fixed seed; without a global seed it does
+  not."""
   import warnings  # pylint: disable=g-import-not-at-top
   x, y = helpers.make_data("dense", N)
   model = _private(K, "shuffled")
-  for shuffle in (True, False):
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter("always")
-      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
-                verbose=0)
-    assert not [w for w in caught if "global random seed" in str(w.message)]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+  assert not [w for w in caught if "global random seed" in str(w.message)]
   tf.random.set_seed(3)  # tests/conftest.py unsets it after the test.
   with pytest.warns(UserWarning, match="global random seed set \\(3"):
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-
-
-@pytest.mark.parametrize("K", KERAS)
-def test_arrays_in_a_fixed_order_warn_under_shuffled_sampling(K):
-  """shuffle=False puts example i in batch i // B of every epoch, a step
-  anyone can name, and so does Keras 3's shuffle="batch" (it shuffles
-  within each batch only; Keras 2 shuffles the batches' order too), while
-  the ledger records each batch as a random sample (q = B / n): fit warns
-  that its epsilon does not hold; with Keras's shuffle it does not."""
-  import warnings  # pylint: disable=g-import-not-at-top
-  x, y = helpers.make_data("dense", N)
-  model = _private(K, "shuffled")
-  keras3 = model._tf_dp_flavor == "keras3"  # pylint: disable=protected-access
-  warned = lambda caught: [w for w in caught
-                           if "in their given order" in str(w.message)]
-  for shuffle, fixed in ((True, False), ("batch", keras3), (False, True)):
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter("always")
-      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
-                verbose=0)
-    assert bool(warned(caught)) == fixed, shuffle
-    if fixed:
-      assert f"fit(..., shuffle={shuffle!r}) under sampling=\"shuffled\"" in (
-          str(warned(caught)[0].message))
-  samples = helpers.ledger_samples(model)
-  assert len(samples) == 3 * (N // BATCH)
-  assert samples[-1]["sampling_probability"] == pytest.approx(BATCH / N)
-
-
-@pytest.mark.parametrize("K", KERAS[:1])
-def test_a_refused_fit_leaves_the_model_ready_for_the_sampler(K):
-  x, y = helpers.make_data("dense", N)
-  model = _private(K, "fixed_size")
-  with pytest.raises(ValueError, match="sampling"):
-    model.fit(x, y, batch_size=BATCH, verbose=0)
-  model.fit(tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 2, seed=1),
-            verbose=0)
-  assert len(helpers.ledger_samples(model)) == 2
-
-
-def _assert_refused_before_any_step(model, before, fit, *patterns):
-  with pytest.raises(ValueError) as refusal:
-    fit()
-  for pattern in patterns:
-    assert pattern in str(refusal.value), str(refusal.value)
-  for a, b in zip(before, helpers.weights(model)):
-    np.testing.assert_array_equal(a, b)
-  assert helpers.ledger_samples(model) == []
-  assert int(model.optimizer.ledger.sample_count.numpy()) == 0
-  assert int(model.optimizer.iterations.numpy()) == 0
-
-
-def _unmarked_inputs(x, y):
-  """What a user may pass fit that no sampler drew (name, fit kwargs)."""
-  shuffled = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(
-      BATCH)
-  sampled = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 3, seed=2)
-
-  def generator():
-    for i in range(0, N, BATCH):
-      yield x[i:i + BATCH], y[i:i + BATCH]
-
-  return {
-      "shuffled dataset": (dict(x=shuffled), "without a sampling mark"),
-      "derived dataset": (dict(x=sampled.prefetch(1)),
-                          "derived from a sampler's"),
-      "mapped dataset": (dict(x=sampled.map(lambda *b: b)),
-                         "derived from a sampler's"),
-      "generator": (dict(x=generator(), steps_per_epoch=N // BATCH),
-                    "a generator, which carries no sampling mark"),
-  }
 
 
 @pytest.mark.parametrize("K", KERAS)
