@@ -74,3 +74,9 @@ def test_the_buffer_is_checked_against_n_only_when_n_is_known():
 def test_fixed_seeds_are_reported():
   found = order.batch_order(rows().shuffle(N, seed=4).batch(10), N)
   assert found.random and found.seed is not None and found.seed[1] == 4
+
+
+def test_one_batch_of_every_example_counts_whatever_the_order():
+  """Its lot holds all n (q = 1): nothing is amplified."""
+  assert order.batch_order(rows().batch(N), N).random
+  assert not order.batch_order(rows().batch(N - 1), N).random

@@ -16,6 +16,9 @@ that
 * reads one pass, not a repeated stream (a ``repeat`` below the shuffle
   mixes passes in its buffer, and a batch may hold an example twice).
 
+A batch of at least n rows holds every example whatever the order (its
+lot is recorded with q = 1, nothing amplified) and counts too.
+
 A shuffle after the batching (``.batch(B).shuffle(k)``) only shuffles the
 order of fixed batches: an example is always with the same B - 1 others,
 so no batch is a random sample of the n, and it does not count. A
@@ -119,7 +122,7 @@ def batch_order(dataset: tf.data.Dataset,
       refuses a pipeline without n anyway).
 
   Returns:
-    A ``BatchOrder``.
+    A ``BatchOrder`` (``random`` also when a batch holds all n rows).
   """
   graph = _Graph(dataset)
   chain = graph.chain(graph.input_node(graph.output)
@@ -130,6 +133,10 @@ def batch_order(dataset: tf.data.Dataset,
     return BatchOrder(False, "it batches nothing that tf_dp can read (its "
                       "batches come as they are, e.g. from a generator or "
                       "pre-batched tensors)")
+  batch_size = graph.const(chain[batch_at], 1)
+  if (population_size is not None and batch_size is not None
+      and int(batch_size) >= population_size):
+    return BatchOrder(True, "", None)  # Every batch is all n: q = 1.
   shuffled_batches = any(n.op in _SHUFFLE_OPS for n in chain[:batch_at])
   for node in chain[batch_at + 1:]:
     if node.op in _SHUFFLE_OPS:
