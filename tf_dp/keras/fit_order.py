@@ -111,6 +111,8 @@ def check_order(config, bound, keras_backend, population_size):
   if config.sampling is not Sampling.SHUFFLED or (
       config.noise_strategy is not None):
     return
+  if population_size is None and fit_sampling.training_examples(bound) is None:
+    return  # Not arrays and no n: fit refuses it for n first.
   reason, seed = _input_order(bound.get("x"), bound, keras_backend,
                               population_size)
   if reason is not None:
