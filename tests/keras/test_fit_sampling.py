@@ -104,6 +104,50 @@ def test_shuffled_arrays_under_a_global_seed_warn(K):
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
+@pytest.mark.parametrize("K", KERAS[:1])
+def test_a_refused_fit_leaves_the_model_ready_for_the_sampler(K):
+  x, y = helpers.make_data("dense", N)
+  model = _private(K, "fixed_size")
+  with pytest.raises(ValueError, match="sampling"):
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+  model.fit(tf_dp.data.fixed_size_sampled_batches(x, y, BATCH, 2, seed=1),
+            verbose=0)
+  assert len(helpers.ledger_samples(model)) == 2
+
+
+def _assert_refused_before_any_step(model, before, fit, *patterns):
+  with pytest.raises(ValueError) as refusal:
+    fit()
+  for pattern in patterns:
+    assert pattern in str(refusal.value), str(refusal.value)
+  for a, b in zip(before, helpers.weights(model)):
+    np.testing.assert_array_equal(a, b)
+  assert helpers.ledger_samples(model) == []
+  assert int(model.optimizer.ledger.sample_count.numpy()) == 0
+  assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def _unmarked_inputs(x, y):
+  """What a user may pass fit that no sampler drew (name, fit kwargs)."""
+  shuffled = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(
+      BATCH)
+  sampled = tf_dp.data.poisson_sampled_batches(x, y, BATCH / N, 3, seed=2)
+
+  def generator():
+    for i in range(0, N, BATCH):
+      yield x[i:i + BATCH], y[i:i + BATCH]
+
+  return {
+      "shuffled dataset": (dict(x=shuffled), "without a sampling mark"),
+      "derived dataset": (dict(x=sampled.prefetch(1)),
+                          "derived from a sampler's"),
+      "mapped dataset": (dict(x=sampled.map(lambda *b: b)),
+                         "derived from a sampler's"),
+      "generator": (dict(x=generator(), steps_per_epoch=N // BATCH),
+                    "a generator, which carries no sampling mark"),
+  }
+
+
 @pytest.mark.parametrize("K", KERAS)
 @pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
 @pytest.mark.parametrize("given", ["shuffled dataset", "derived dataset",
