@@ -98,6 +98,7 @@ def make_model(mode, kind, jit, stack="keras3", method="auto", frozen=None):
     model = tf_dp.keras.make_private(model)
     opt = tf_dp.DPOptimizer(keras.optimizers.SGD(0.1), l2_norm_clip=1.0,
                             noise_multiplier=1.1, population_size=60000,
+                            sampling="fixed_order",  # One batch repeated.
                             per_example_method=method)
   else:
     opt = keras.optimizers.SGD(0.1)

@@ -11,7 +11,8 @@ from tf_dp.sampling import Sampling
 
 
 def test_members_are_their_strings():
-  assert [s.value for s in Sampling] == ["poisson", "fixed_size", "shuffled"]
+  assert [s.value for s in Sampling] == ["poisson", "fixed_size", "shuffled",
+                                         "fixed_order"]
   for kind in Sampling:
     assert kind == kind.value and hash(kind) == hash(kind.value)
     assert str(kind) == f"{kind}" == kind.value
@@ -23,7 +24,8 @@ def test_members_are_their_strings():
 
 def test_shuffled_is_accounted_as_fixed_size():
   assert [s.accounted_as for s in Sampling] == [
-      Sampling.POISSON, Sampling.FIXED_SIZE, Sampling.FIXED_SIZE]
+      Sampling.POISSON, Sampling.FIXED_SIZE, Sampling.FIXED_SIZE,
+      Sampling.FIXED_ORDER]  # Grouped into passes: analysis.fixed_order.
   assert ACCOUNTED == (Sampling.POISSON, Sampling.FIXED_SIZE)
 
 
@@ -34,7 +36,7 @@ def test_check_returns_the_member():
 
 @pytest.mark.parametrize("value,allowed,match", [
     ("bogus", None, r"^sampling must be one of \('poisson', 'fixed_size', "
-                    r"'shuffled'\); got 'bogus'\.$"),
+                    r"'shuffled', 'fixed_order'\); got 'bogus'\.$"),
     ("shuffled", ACCOUNTED, r"one of \('poisson', 'fixed_size'\); got "
                             r"'shuffled'"),
     (0, None, r"got 0\."),

@@ -84,7 +84,9 @@ class PrivacyLedger(tf.Module):
       size per sample; replace-one neighbours) or ``"shuffled"`` (batches
       of a shuffled pass over the data, as Keras ``fit`` takes them:
       accounted like ``"fixed_size"``, which is the conventional
-      approximation, not a guarantee; the accountant warns).
+      approximation, not a guarantee; the accountant warns) or
+      ``"fixed_order"`` (the lots of passes in an order that may be known:
+      accounted as passes, without amplification).
     examples_per_record: 1, or the microbatch size when a record is a
       microbatch.
     max_samples: Capacity in samples (steps). Size it for the whole run.

@@ -57,19 +57,31 @@ class Sampling(_Choice):
     data, as Keras ``fit(shuffle=True)`` draws them; accounted as
     ``FIXED_SIZE``, the conventional approximation and not a proven
     guarantee (Chua et al. 2024, "How Private are DP-SGD Implementations?").
+    Only an order shown random counts as shuffled: ``fit`` refuses a fixed
+    order under it (``tf_dp.keras.fit_order``).
+  * ``FIXED_ORDER`` (``"fixed_order"``): the batches of passes over the data
+    in an order that may be known (``fit(..., shuffle=False)``, a
+    ``tf.data`` pipeline without a shuffle): no lot is random, so nothing
+    is amplified. Each example is in exactly one lot of a pass, so a pass
+    is one Gaussian mechanism per example (parallel composition) and the
+    passes compose; replace-one neighbours, sensitivity 2C
+    (``tf_dp.analysis.fixed_order``).
   """
   POISSON = "poisson"
   FIXED_SIZE = "fixed_size"
   SHUFFLED = "shuffled"
+  FIXED_ORDER = "fixed_order"
 
   @property
   def accounted_as(self) -> "Sampling":
-    """The kind the accountants compose: ``SHUFFLED`` as ``FIXED_SIZE``."""
+    """The kind the accountants compose: ``SHUFFLED`` as ``FIXED_SIZE``
+    (``FIXED_ORDER`` lots are grouped into passes first:
+    ``tf_dp.analysis.fixed_order``)."""
     return Sampling.FIXED_SIZE if self is Sampling.SHUFFLED else self
 
 
 # The kinds an accountant composes directly (SHUFFLED is accounted as
-# FIXED_SIZE).
+# FIXED_SIZE; FIXED_ORDER as unsampled FIXED_SIZE passes).
 ACCOUNTED = (Sampling.POISSON, Sampling.FIXED_SIZE)
 
 

@@ -54,7 +54,7 @@ def test_every_kind_of_sample_round_trips_in_both_formats_and_buffers():
           for i, (kind, unit, queries) in enumerate(
               (k, u, qs) for k in Sampling for u in PrivacyUnit
               for qs in ((), ((1.0, 1.1),), ((0.0, 2.0), (0.5, math.inf))))]
-  assert len(runs) == 18
+  assert len(runs) == 24
   for fmt in schema.READABLE_FORMATS:
     data = json.loads(json.dumps(schema.encode(runs, 2, fmt)))
     decoded, dropped = schema.decode(data)
@@ -74,11 +74,11 @@ def test_every_kind_of_sample_round_trips_in_both_formats_and_buffers():
 
 def test_sampling_codes_are_stable_for_checkpoints():
   # Buffers and checkpoints store the index: appending only.
-  kinds = ("poisson", "fixed_size", "shuffled")
-  assert [schema.sampling_code(k) for k in kinds] == [0, 1, 2]
-  assert [schema.sampling_kind(float(c)) for c in range(3)] == list(kinds)
-  with pytest.raises(ValueError, match=r"sampling code.*got 3\.0"):
-    schema.sampling_kind(3.0)
+  kinds = ("poisson", "fixed_size", "shuffled", "fixed_order")
+  assert [schema.sampling_code(k) for k in kinds] == [0, 1, 2, 3]
+  assert [schema.sampling_kind(float(c)) for c in range(4)] == list(kinds)
+  with pytest.raises(ValueError, match=r"sampling code.*got 4\.0"):
+    schema.sampling_kind(4.0)
 
 
 def test_million_step_run_is_one_run_of_a_few_hundred_bytes():
@@ -133,7 +133,7 @@ def test_buffer_runs_match_a_per_sample_reading():
 @pytest.mark.parametrize("bad,match", [
     (entry(sampling="bogus"),
      r"samples\[1\]\.sampling must be one of \('poisson', 'fixed_size', "
-     r"'shuffled'\); got 'bogus'"),
+     r"'shuffled', 'fixed_order'\); got 'bogus'"),
     (entry(n=0), r"samples\[1\]\.population_size must be an integer >= 1"),
     (entry(n=1.5), r"population_size.*got 1\.5"),
     (entry(n=True), r"population_size.*got True"),
@@ -222,14 +222,15 @@ def test_privacy_unit_codes_keep_per_example_codes_unchanged():
   # Codes 0-2 (every buffer written before the unit existed) are per
   # example; a user-level code adds UNIT_CODE_STRIDE.
   stride = schema.UNIT_CODE_STRIDE
-  for i, kind in enumerate(("poisson", "fixed_size", "shuffled")):
+  for i, kind in enumerate(("poisson", "fixed_size", "shuffled",
+                            "fixed_order")):
     assert schema.sampling_code(kind, "example") == schema.sampling_code(
         kind) == i
     assert schema.sampling_code(kind, "user") == i + stride
     assert schema.sampling_kind(float(i + stride)) == kind
     assert schema.privacy_unit(float(i)) == "example"
     assert schema.privacy_unit(float(i + stride)) == "user"
-  for bad in (3.0, stride + 3.0, 2 * stride + 0.0, -1.0, 0.5):
+  for bad in (4.0, stride + 4.0, 2 * stride + 0.0, -1.0, 0.5):
     with pytest.raises(ValueError, match="sampling code"):
       schema.privacy_unit(bad)
 

@@ -200,7 +200,8 @@ def test_adaptive_clip_query_trains_with_tf_privacy_state(K):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
     model.compile(optimizer=tf_dp.DPOptimizer(
-        K.optimizers.SGD(0.1), dp_query=query, population_size=64),
+        K.optimizers.SGD(0.1), dp_query=query, population_size=64,
+        sampling="fixed_order"),
                   loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = helpers.make_data("dense", 64)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)

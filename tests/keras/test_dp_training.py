@@ -87,7 +87,7 @@ def test_gradient_accumulation_adds_noise_once_per_lot(K):
   expected = helpers.reference_update(model, x, y, clip=0.05, lr=1.0)
   with pytest.warns(UserWarning):
     model = compile_dp(K, model, 12, clip=0.05, noise=0.0,
-                       gradient_accumulation_steps=3)
+                       gradient_accumulation_steps=3, sampling="fixed_order")
   model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
   for a, b in zip(expected, weights(model)):
     np.testing.assert_allclose(b, a, atol=1e-6)
@@ -119,7 +119,7 @@ def test_update_noise_stddev(K):
     def on_train_batch_end(self, batch, logs=None):
       deltas.append((kernel.numpy() - self.before).ravel())
 
-  model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+  model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
             callbacks=[Record()])
   deltas = np.array(deltas)
   assert deltas.shape == (n // batch, 30)

@@ -90,47 +90,18 @@ def test_fit_on_arrays_with_shuffled_sampling_is_unaffected(K):
 def test_shuffled_arrays_under_a_global_seed_warn(K):
   """A global seed makes Keras's shuffle the same in every run: whoever
   knows it knows each example's batch, which the ledger counts as random.
-  fit warns, as for a sampler's fixed seed; without a global seed, or
-  with shuffle=False, it does not."""
+  fit warns, as for a sampler's fixed seed; without a global seed it does
+  not."""
   import warnings  # pylint: disable=g-import-not-at-top
   x, y = helpers.make_data("dense", N)
   model = _private(K, "shuffled")
-  for shuffle in (True, False):
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter("always")
-      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
-                verbose=0)
-    assert not [w for w in caught if "global random seed" in str(w.message)]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+  assert not [w for w in caught if "global random seed" in str(w.message)]
   tf.random.set_seed(3)  # tests/conftest.py unsets it after the test.
   with pytest.warns(UserWarning, match="global random seed set \\(3"):
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-
-
-@pytest.mark.parametrize("K", KERAS)
-def test_arrays_in_a_fixed_order_warn_under_shuffled_sampling(K):
-  """shuffle=False puts example i in batch i // B of every epoch, a step
-  anyone can name, and so does Keras 3's shuffle="batch" (it shuffles
-  within each batch only; Keras 2 shuffles the batches' order too), while
-  the ledger records each batch as a random sample (q = B / n): fit warns
-  that its epsilon does not hold; with Keras's shuffle it does not."""
-  import warnings  # pylint: disable=g-import-not-at-top
-  x, y = helpers.make_data("dense", N)
-  model = _private(K, "shuffled")
-  keras3 = model._tf_dp_flavor == "keras3"  # pylint: disable=protected-access
-  warned = lambda caught: [w for w in caught
-                           if "in their given order" in str(w.message)]
-  for shuffle, fixed in ((True, False), ("batch", keras3), (False, True)):
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter("always")
-      model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=shuffle,
-                verbose=0)
-    assert bool(warned(caught)) == fixed, shuffle
-    if fixed:
-      assert f"fit(..., shuffle={shuffle!r}) under sampling=\"shuffled\"" in (
-          str(warned(caught)[0].message))
-  samples = helpers.ledger_samples(model)
-  assert len(samples) == 3 * (N // BATCH)
-  assert samples[-1]["sampling_probability"] == pytest.approx(BATCH / N)
 
 
 @pytest.mark.parametrize("K", KERAS[:1])

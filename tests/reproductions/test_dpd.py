@@ -99,8 +99,7 @@ def test_noise_of_one_dpd_step(K, clipping_unit):
       eta_t = eta0 / (batch + 1)
       rescaled.append((kernel.numpy() - self.before).ravel() / (eta_t / 2))
 
-  model.fit(x, y, batch_size=s, epochs=1, shuffle=False, verbose=0,
-            callbacks=[Record()])
+  model.fit(x, y, batch_size=s, epochs=1, verbose=0, callbacks=[Record()])
   assert np.std(rescaled) == pytest.approx(2 * c * sigma, rel=0.08)
 
 

@@ -10,7 +10,9 @@ Privacy contract: ``"poisson"`` samples are accounted as the
 Poisson-subsampled Gaussian (add/remove one record, sensitivity C);
 ``"fixed_size"`` (and ``"shuffled"``, by the conventional approximation)
 samples as sampling without replacement (replace one record, sensitivity
-2C). Samples that released nothing (q = 0 or an infinite noise multiplier)
+2C); ``"fixed_order"`` samples as passes, each an unsampled Gaussian
+mechanism of sensitivity 2C for the replaced example (``fixed_order``,
+replace one record, no amplification). Samples that released nothing (q = 0 or an infinite noise multiplier)
 cost nothing; a sample with zero noise makes epsilon infinite. A Poisson
 sample whose records are microbatches is refused: Poisson sampling of
 examples does not sample microbatches.
@@ -25,6 +27,7 @@ import numpy as np
 from tf_dp.analysis import checks
 from tf_dp.analysis import conversion as conversion_lib
 from tf_dp.analysis import dp_sgd_privacy as privacy_lib
+from tf_dp.analysis import fixed_order
 from tf_dp.analysis import pld as pld_lib
 from tf_dp.analysis import rdp as rdp_lib
 from tf_dp.analysis import rdp_fixed_size
@@ -39,9 +42,11 @@ RDP_MAX_DISTINCT_EVENTS = pld_lib.DEFAULT_MAX_DISTINCT_EVENTS
 
 def gaussian_event_counts(
     runs: Iterable[Tuple[Any, int]]) -> Counter[pld_lib.GaussianEvent]:
-  """``Counter`` of ``pld.GaussianEvent`` -> steps (no-ops dropped)."""
+  """``Counter`` of ``pld.GaussianEvent`` -> steps (no-ops dropped);
+  fixed-order lots are grouped into passes first
+  (``fixed_order.pass_runs``)."""
   counts: Counter[pld_lib.GaussianEvent] = collections.Counter()
-  for e, count in runs:
+  for e, count in fixed_order.pass_runs(runs):
     sampling = Sampling.check("sampling", e.sampling).accounted_as
     if sampling is Sampling.POISSON and e.examples_per_record > 1:
       raise PrivacyError(

@@ -10,7 +10,8 @@ one equivalent query with eq. (1),
 the PLD accountant (default) or the RDP accountant (``event_accounting``);
 each sample is accounted under its own
 neighbouring relation (Poisson: add/remove one record; fixed-size and
-shuffled: replace one). No TensorFlow is imported.
+shuffled: replace one; fixed-order lots as passes without amplification,
+replace one: ``fixed_order``). No TensorFlow is imported.
 ``ledger_events`` gives the same reduction as plain event descriptions so
 that any other accountant can re-process the ledger; ``ledger_event_runs``
 gives them run-length encoded, ``(event, count)``, for long ledgers. The
@@ -29,6 +30,7 @@ from tf_dp.analysis import allocation
 from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting
 from tf_dp.analysis import event_accounting
+from tf_dp.analysis import fixed_order
 from tf_dp.analysis import ledger_schema
 from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import LedgerFormatError
@@ -174,9 +176,10 @@ def compute_rdp_from_ledger(
 
   Privacy contract: Poisson samples are accounted as the Poisson-subsampled
   Gaussian (add/remove one record); fixed-size samples as sampling without
-  replacement (replace one record, sensitivity 2C). Samples that released
-  nothing cost nothing; a sample with a non-zero clip and zero noise makes
-  the RDP infinite. A Poisson ledger whose records are microbatches is
+  replacement (replace one record, sensitivity 2C); fixed-order samples as
+  passes, each an unsampled Gaussian mechanism of sensitivity 2C
+  (``fixed_order``). Samples that released nothing cost nothing; a sample
+  with a non-zero clip and zero noise makes the RDP infinite. A Poisson ledger whose records are microbatches is
   refused: Poisson sampling of examples does not sample microbatches.
   Runs of identical samples are composed at once; above
   ``event_accounting.RDP_MAX_DISTINCT_EVENTS`` distinct samples, noise
@@ -287,18 +290,22 @@ def to_dp_accounting_events(ledger: LedgerLike) -> List[Any]:
   (add/remove neighbours) or, for ``"fixed_size"`` and ``"shuffled"``
   samples, a ``SampledWithoutReplacementDpEvent`` whose Gaussian noise
   multiplier is taken relative to the replace-one sensitivity 2C (hence
-  z / 2); a run of k > 1 samples is wrapped in ``SelfComposedDpEvent(e, k)``.
-  Samples that released nothing are left out.
+  z / 2); ``"fixed_order"`` samples as one ``GaussianDpEvent(z / 2)`` per
+  pass (``fixed_order.pass_runs``); a run of k > 1 samples (or passes) is
+  wrapped in ``SelfComposedDpEvent(e, k)``. Samples that released nothing
+  are left out.
   """
   import dp_accounting  # pylint: disable=g-import-not-at-top
   out = []
-  for e, count in ledger_event_runs(ledger):
+  for e, count in fixed_order.pass_runs(ledger_event_runs(ledger)):
     if math.isinf(e.noise_multiplier) or count == 0:
       continue
     if e.sampling == Sampling.POISSON:
       event = dp_accounting.PoissonSampledDpEvent(
           e.sampling_probability,
           dp_accounting.GaussianDpEvent(e.noise_multiplier))
+    elif e.sampling_probability == 1:  # A pass, or a lot of every record.
+      event = dp_accounting.GaussianDpEvent(e.noise_multiplier / 2)
     else:
       batch = int(round(e.sampling_probability * e.population_size))
       event = dp_accounting.SampledWithoutReplacementDpEvent(

@@ -205,12 +205,12 @@ class DPConfig:
           f"privacy_unit='user' needs max_examples_per_user, an integer >= 1 "
           f"(the k of tf_dp.data.poisson_sampled_users: rows per user in a "
           f"lot); got {k!r}.")
-    if self.sampling is Sampling.SHUFFLED:
+    if self.sampling in (Sampling.SHUFFLED, Sampling.FIXED_ORDER):
       raise SamplingMismatchError(
           "privacy_unit='user' needs lots drawn over users: pass "
           "sampling='poisson' (lots from tf_dp.data.poisson_sampled_users) or "
           "sampling='fixed_size' (tf_dp.data.fixed_size_sampled_users); "
-          "shuffled batches of examples do not sample users.")
+          "shuffled or ordered batches of examples do not sample users.")
     for name, value, why in (
         ("num_microbatches", self.num_microbatches,
          "a user's rows are the record"),
@@ -256,9 +256,10 @@ class DPConfig:
 
   def population_size_deferred(self) -> bool:
     """Whether ``population_size`` may come later, from the length of the
-    arrays given to ``fit`` (shuffled sampling, the optimizer's own
-    ledger)."""
-    return (self.sampling is Sampling.SHUFFLED and self.ledger is None
+    arrays given to ``fit`` (shuffled or fixed-order batches, the
+    optimizer's own ledger)."""
+    return (self.sampling in (Sampling.SHUFFLED, Sampling.FIXED_ORDER)
+            and self.ledger is None
             and not isinstance(self.dp_query, QueryWithLedger))
 
   def to_dict(self) -> Dict[str, Any]:

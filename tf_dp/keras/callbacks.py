@@ -5,6 +5,7 @@ the model's ``DPOptimizer`` (nothing else), so what it reports is what the
 accountant would compute after training.
 """
 
+import math
 import warnings
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -19,6 +20,7 @@ from tf_dp.analysis.budget import max_additional_steps_for_events
 from tf_dp.core import lot as lot_lib
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
+from tf_dp.keras import fit_order
 from tf_dp.keras.backend import callback
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.sampling import PrivacyUnit
@@ -52,7 +54,10 @@ class LotBoundaryGuard(_Callback):
   steps per epoch is known and is not a multiple of the lot's batches,
   ``fit`` is refused with the fix; otherwise a lot still incomplete at the
   end of an epoch is discarded (nothing of it is released) with a warning.
-  It also lifts the lot limits of an earlier budget at the start of ``fit``.
+  It also lifts the lot limits of an earlier budget at the start of ``fit``,
+  and under ``sampling="fixed_order"`` closes the ledger's unfilled pass at
+  the start of ``fit`` and the end of every epoch, where the order restarts
+  (``fit_order.close_open_pass``).
   """
 
   def on_train_begin(self, logs=None):
@@ -68,6 +73,7 @@ class LotBoundaryGuard(_Callback):
           f"not mix batches of two fits. Make the steps of a fit a multiple "
           f"of gradient_accumulation_steps.", UserWarning)
     engine.lift_lot_limits()
+    fit_order.close_open_pass(engine)
     k = engine.config.gradient_accumulation_steps
     steps = self.params.get("steps")
     if self._lots_span_epochs(engine) and steps and steps % k:
@@ -98,6 +104,8 @@ class LotBoundaryGuard(_Callback):
   def on_epoch_end(self, epoch, logs=None):
     del epoch, logs
     engine = getattr(self.model.optimizer, "dp_engine", None)
+    if engine is not None:
+      fit_order.close_open_pass(engine)
     if engine is None or not self._lots_span_epochs(engine):
       return
     # A failed last step (end of a dataset of unknown length) may already
@@ -115,7 +123,8 @@ class LotBoundaryGuard(_Callback):
   @staticmethod
   def _lots_span_epochs(engine):
     return (engine.config.gradient_accumulation_steps > 1
-            and engine.config.sampling == Sampling.SHUFFLED)
+            and engine.config.sampling in (Sampling.SHUFFLED,
+                                           Sampling.FIXED_ORDER))
 
 
 class PrivacyBudget(_Callback):
@@ -197,7 +206,10 @@ class PrivacyBudget(_Callback):
   def _largest_next_lot(self, runs):
     """``(event, examples)``: the costliest lot that can come next, as a
     ``LedgerEvent``, and the most examples it may hold (None for Poisson
-    lots, whose q is the sampler's whatever size is drawn)."""
+    lots, whose q is the sampler's whatever size is drawn). A lot that
+    released nothing (one that closes a fixed-order pass) says nothing of
+    the next: ``runs`` must hold one that released something."""
+    runs = [(e, c) for e, c in runs if not math.isinf(e.noise_multiplier)]
     last = runs[-1][0]
     if last.sampling == Sampling.POISSON:
       return last, None
@@ -215,7 +227,7 @@ class PrivacyBudget(_Callback):
       self._plan_correlated_noise(self.ledger.correlated_noise)
       return
     runs = ledger_accounting.ledger_event_runs(self.ledger)
-    if runs:
+    if any(not math.isinf(e.noise_multiplier) for e, _ in runs):
       next_lot, self._max_lot_examples = self._largest_next_lot(runs)
     else:
       first = self._first_lot()

@@ -130,50 +130,6 @@ def warn_if_shuffle_is_seeded(config, bound, examples):
       UserWarning, stacklevel=4)  # the caller of fit
 
 
-def warn_if_order_is_fixed(config, bound, examples, keras_backend):
-  """Warns when ``fit`` takes its arrays in batches of a fixed order under
-  ``sampling="shuffled"``: ``shuffle=False``, or ``shuffle="batch"`` where
-  the flavour keeps the batches' order (Keras 3: batch i is rows
-  ``i*B .. (i+1)*B - 1`` at step i of every epoch, shuffled only within the
-  batch; Keras 2 also shuffles the batches' order, a shuffle of blocks the
-  warning leaves alone).
-
-  The ledger accounts each shuffled batch of ``B`` examples as a random
-  sample of ``B`` of the ``n`` (q = B / n, fixed-size sampling). In a
-  fixed order no batch is random: example i is in batch ``i // B`` of every
-  epoch, at a step anyone who knows the order can name, so each epoch is a
-  Gaussian mechanism on every example without amplification by sampling,
-  and the ledger's epsilon is far too small (n = 1000, B = 10,
-  noise_multiplier = 4, one epoch, delta = 1e-5: the ledger's 0.21 against
-  1.99 for the fixed order). A fixed order is accounted only by
-  ``DPOptimizer(noise_strategy=...)`` (``shuffle=False`` is its input).
-
-  Args:
-    config: The ``DPConfig`` of the model's ``DPOptimizer``.
-    bound: ``fit``'s arguments by name (``keras_arguments``).
-    examples: ``training_examples(bound)``: None unless arrays.
-    keras_backend: The adapter of the model's Keras flavour
-      (``tf_dp.keras.backend``).
-  """
-  shuffle = bound.get("shuffle", True)
-  fixed = shuffle is False or (
-      shuffle == "batch" and keras_backend.SHUFFLE_BATCH_KEEPS_BATCH_ORDER)
-  if (config.sampling != Sampling.SHUFFLED or examples is None
-      or config.noise_strategy is not None or not fixed):
-    return
-  warnings.warn(
-      f"fit(..., shuffle={shuffle!r}) under sampling=\"shuffled\": every "
-      f"epoch takes the arrays' batches in their given order, so each "
-      f"example's batch and step are known, while the ledger accounts "
-      f"every batch as a random sample of the examples (q = batch_size / "
-      f"n): its epsilon does not hold for this run (it is that of "
-      f"unamplified Gaussian mechanisms, one per epoch, far larger). Pass "
-      f"shuffle=True (Keras's default), draw lots with "
-      f"tf_dp.data.poisson_sampled_batches (sampling=\"poisson\"), or "
-      f"account a fixed order with DPOptimizer(noise_strategy=...).",
-      UserWarning, stacklevel=4)  # the caller of fit
-
-
 def check_lots_within_passes(config, bound, examples):
   """Refuses a ``fit`` on arrays whose shuffled lots of several batches
   could straddle two passes over the arrays.
@@ -195,8 +151,8 @@ def check_lots_within_passes(config, bound, examples):
     SamplingMismatchError: naming the batches per pass, k and the fixes.
   """
   k = config.gradient_accumulation_steps
-  if (k == 1 or config.sampling != Sampling.SHUFFLED or examples is None
-      or not bound.get("steps_per_epoch")):
+  if (k == 1 or examples is None or not bound.get("steps_per_epoch")
+      or config.sampling not in (Sampling.SHUFFLED, Sampling.FIXED_ORDER)):
     return
   batch_size = bound.get("batch_size") or 32
   per_pass = -(-examples // batch_size)

@@ -87,7 +87,12 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       replace-one neighbours) or ``"poisson"`` (lots from
       ``tf_dp.data.poisson_sampled_batches``; add/remove neighbours). The
       last two are guarantees; ``fit`` on arrays or tensors, which Keras
-      batches itself, refuses them before any step.
+      batches itself, refuses them before any step. Under ``"shuffled"``,
+      ``fit`` refuses an order it cannot show random (``shuffle=False``, a
+      pipeline without a shuffle before batching, a generator:
+      ``tf_dp.keras.fit_order``); ``"fixed_order"`` declares such an order
+      and accounts each pass as one Gaussian mechanism per example, without
+      amplification (``tf_dp.analysis.fixed_order``).
     sampling_probability: q for ``"poisson"``: the probability that an
       example is in a lot (of ``gradient_accumulation_steps`` batches).
     clipping, noise_allocation: Strategies of McMahan & Andrew (2018) when no

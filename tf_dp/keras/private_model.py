@@ -20,6 +20,7 @@ from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
 from tf_dp.keras import first_batch
+from tf_dp.keras import fit_order
 from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import model_checks
@@ -130,8 +131,8 @@ def _dp_fit(self, *args, **kwargs):
         bound, examples, engine.config.gradient_accumulation_steps)
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.warn_if_shuffle_is_seeded(engine.config, bound, examples)
-    fit_sampling.warn_if_order_is_fixed(engine.config, bound, examples,
-                                        backend.for_object(self))
+    fit_order.check_order(engine.config, bound, backend.for_object(self),
+                          engine.config.population_size)
     fit_sampling.check_correlated_noise_fit(engine, bound, examples)
     if getattr(self, "jit_compile", False) is True:
       warnings.warn(JIT_COMPILE_WARNING, stacklevel=2)

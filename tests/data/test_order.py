@@ -1,0 +1,82 @@
+"""``tf_dp.data.order.batch_order`` reads a pipeline's graph: only a fresh
+shuffle of all the rows, before the batching, every epoch, counts as
+random."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_dp.data import order
+
+N = 100
+ROWS = np.arange(N, dtype=np.float32)
+
+
+def rows():
+  return tf.data.Dataset.from_tensor_slices((ROWS, ROWS))
+
+
+def shuffle_and_repeat(data):
+  return data.apply(tf.data.experimental.shuffle_and_repeat(N))
+
+
+RANDOM = {
+    "shuffle then batch": lambda: rows().shuffle(N).batch(10).prefetch(1),
+    "map and repeat between": lambda: rows().shuffle(N).repeat(2).map(
+        lambda a, b: (a, b)).batch(10),
+    "padded batch": lambda: rows().shuffle(N).padded_batch(10),
+    "parallel batch": lambda: rows().shuffle(N).batch(10,
+                                                      num_parallel_calls=2),
+    "with options": lambda: rows().shuffle(N).batch(10).with_options(
+        tf.data.Options()),
+    "shuffle_and_repeat": lambda: shuffle_and_repeat(rows()).batch(10),
+}
+FIXED = {
+    "no shuffle": (lambda: rows().batch(10), "in the order they come"),
+    "buffer of 1": (lambda: rows().shuffle(1).batch(10), "holds 1 of the n"),
+    "small buffer": (lambda: rows().shuffle(50).batch(10), "holds 50 of"),
+    "drawn once": (lambda: rows().shuffle(
+        N, reshuffle_each_iteration=False).batch(10),
+                   "reshuffle_each_iteration=False"),
+    "after batching": (lambda: rows().batch(10).shuffle(10),
+                       "after the batching"),
+    "cache between": (lambda: rows().shuffle(N).cache().batch(10),
+                      "cache between"),
+    "repeat below": (lambda: rows().repeat(2).shuffle(2 * N).batch(10),
+                     "repeats the rows before shuffling"),
+    "unbatch between": (lambda: rows().shuffle(N).batch(10).unbatch().batch(
+        10), "UnbatchDataset op"),
+    "generator": (lambda: tf.data.Dataset.from_generator(
+        lambda: iter([(ROWS[:10], ROWS[:10])]), output_signature=(
+            tf.TensorSpec([10]), tf.TensorSpec([10]))), "batches nothing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_a_fresh_full_shuffle_before_batching_is_random(name):
+  found = order.batch_order(RANDOM[name](), N)
+  assert found == order.BatchOrder(True, "", None)
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_anything_else_is_not_shown_random(name):
+  build, reason = FIXED[name]
+  found = order.batch_order(build(), N)
+  assert not found.random
+  assert reason in found.reason
+
+
+def test_the_buffer_is_checked_against_n_only_when_n_is_known():
+  assert order.batch_order(rows().shuffle(50).batch(10), None).random
+  assert order.batch_order(rows().shuffle(50).batch(10), 50).random
+
+
+def test_fixed_seeds_are_reported():
+  found = order.batch_order(rows().shuffle(N, seed=4).batch(10), N)
+  assert found.random and found.seed is not None and found.seed[1] == 4
+
+
+def test_one_batch_of_every_example_counts_whatever_the_order():
+  """Its lot holds all n (q = 1): nothing is amplified."""
+  assert order.batch_order(rows().batch(N), N).random
+  assert not order.batch_order(rows().batch(N - 1), N).random
