@@ -40,6 +40,9 @@ class Case:
     origin: Where the model's shape comes from (an example or tutorial).
     slow: Tracing its step takes tens of seconds (a keras.applications
       network of a hundred layers): marked slow.
+    mixes_examples: Why one example's output depends on the others (an
+      ordinary model with that defect, which DP training must refuse);
+      empty for the models that must train.
   """
   name: str
   build: Callable[[Any], Any]
@@ -51,6 +54,7 @@ class Case:
   requires: Tuple[str, ...] = ()
   origin: str = ""
   slow: bool = False
+  mixes_examples: str = ""
 
   @property
   def examples(self) -> int:
@@ -84,7 +88,7 @@ def named(loss_name):
 def case(data: Data, loss: Callable[[Any], Any] = sparse_logits,
          optimizer: Callable[[Any], Any] = adam, flavours=BOTH,
          batch_size: int = 8, requires=(), origin: str = "", slow=False,
-         name=None):
+         mixes_examples: str = "", name=None):
   """Registers the decorated builder as a corpus ``Case`` named after it."""
   def register(build):
     key = name or build.__name__
@@ -94,7 +98,8 @@ def case(data: Data, loss: Callable[[Any], Any] = sparse_logits,
       raise ValueError(f"Corpus model name {key!r}: use letters, digits "
                        f"and underscores only.")
     REGISTRY[key] = Case(key, build, data, loss, optimizer, tuple(flavours),
-                         batch_size, tuple(requires), origin, slow)
+                         batch_size, tuple(requires), origin, slow,
+                         mixes_examples)
     return build
   return register
 

@@ -35,14 +35,13 @@ def _movie_pairs(rng, n):
   return x.astype("int64"), rng.uniform(size=(n, 1)).astype("float32")
 
 
-@corpus.case(_movie_pairs, loss=lambda K: K.losses.BinaryCrossentropy(),
-             origin="keras.io 'Collaborative Filtering for Movie "
-                    "Recommendations' (subclassed, L2-regularised "
-                    "embeddings)")
-def recommender_net(K):
+def recommender_net_class(K, row_wise_dot):
+  """keras.io's ``RecommenderNet``; ``row_wise_dot=False`` keeps the
+  example's ``ops.tensordot(user_vector, movie_vector, 2)``."""
   layers = K.layers
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   ops = K.ops if corpus.is_keras3(K) else tf
+  row_sum = K.ops.sum if corpus.is_keras3(K) else tf.reduce_sum
 
   class RecommenderNet(K.Model):
 
@@ -62,11 +61,33 @@ def recommender_net(K):
       user_bias = self.user_bias(inputs[:, 0])
       movie_vector = self.movie_embedding(inputs[:, 1])
       movie_bias = self.movie_bias(inputs[:, 1])
-      dot_user_movie = ops.tensordot(user_vector, movie_vector, 2)
+      if row_wise_dot:
+        dot_user_movie = row_sum(user_vector * movie_vector, axis=1,
+                                 keepdims=True)
+      else:
+        dot_user_movie = ops.tensordot(user_vector, movie_vector, 2)
       x = dot_user_movie + user_bias + movie_bias
       return ops.sigmoid(x)
 
-  return RecommenderNet(USERS, ITEMS, 8)
+  return RecommenderNet
+
+
+@corpus.case(_movie_pairs, loss=lambda K: K.losses.BinaryCrossentropy(),
+             origin="keras.io 'Collaborative Filtering for Movie "
+                    "Recommendations' (subclassed, L2-regularised "
+                    "embeddings), as published",
+             mixes_examples="tensordot(user_vector, movie_vector, 2) "
+                            "contracts the batch axis too: every score "
+                            "holds the sum of all the batch's dot products")
+def recommender_net(K):
+  return recommender_net_class(K, row_wise_dot=False)(USERS, ITEMS, 8)
+
+
+@corpus.case(_movie_pairs, loss=lambda K: K.losses.BinaryCrossentropy(),
+             origin="keras.io 'Collaborative Filtering for Movie "
+                    "Recommendations', each example's own dot product")
+def recommender_net_row_wise(K):
+  return recommender_net_class(K, row_wise_dot=True)(USERS, ITEMS, 8)
 
 
 @corpus.case(_ratings, loss=corpus.named("mse"),
