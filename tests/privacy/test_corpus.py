@@ -6,7 +6,9 @@ subclassed models, LoRA, KerasHub), written as its authors write it, trains
 two DP steps (``make_private``, a ``DPOptimizer`` with clip 1 and noise
 multiplier 1.1, ``fit`` on two batches, shuffled) on both per-example paths
 and on every Keras flavour it exists in. The test id names the model, the
-flavour and the path.
+flavour and the path. The cases marked slow (to keep the fast set near 4
+minutes of CPU per stack): every model on the vectorized path, and the
+models whose step alone costs more than about 10 s (``Case.slow``).
 
 A refusal (any exception) fails, and so does a trainable weight that is not
 finite or did not change: the noise moves every weight that receives an
@@ -35,12 +37,13 @@ ONEDNN_HAZARD = tuple(int(v) for v in tf.__version__.split(".")[:2]) >= (
 
 def _params():
   for case in corpus.CASES:
-    marks = [pytest.mark.slow] if case.slow else []
     for flavour in case.flavours:
       if flavour not in KERAS:
         continue  # tf.keras 2.15 alone on TF 2.15: Keras 3 models absent.
       for path in run.PATHS:
-        yield pytest.param(case, flavour, path, marks=marks,
+        slow = case.slow or path == "vectorized"
+        yield pytest.param(case, flavour, path,
+                           marks=[pytest.mark.slow] if slow else [],
                            id=f"{case.name}-{flavour}-{path}")
 
 

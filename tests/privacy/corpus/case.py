@@ -38,8 +38,9 @@ class Case:
     batch_size: Examples per batch; the data has two batches.
     requires: Modules the builder imports (the case is skipped without).
     origin: Where the model's shape comes from (an example or tutorial).
-    slow: Tracing its step takes tens of seconds (a keras.applications
-      network of a hundred layers): marked slow.
+    slow: Its two steps take more than about 10 s of CPU on a path (a
+      keras.applications network, recurrent layers, a second KerasHub
+      model of a kind the fast set already has): marked slow.
     mixes_examples: Why one example's output depends on the others (an
       ordinary model with that defect, which DP training must refuse);
       empty for the models that must train.

@@ -81,13 +81,15 @@ def bert_classifier(K):
 
 
 @corpus.case(_classification, origin="keras_hub BertTextClassifier, "
-                                     "backbone.enable_lora(4)", **HUB)
+                                     "backbone.enable_lora(4)", slow=True,
+             **HUB)
 def bert_classifier_lora(K):
   del K
   return _bert(lora=True)
 
 
-@corpus.case(_next_tokens, origin="keras_hub GPT2CausalLM", **HUB)
+@corpus.case(_next_tokens, origin="keras_hub GPT2CausalLM", slow=True,
+             **HUB)
 def gpt2_causal_lm(K):
   del K
   return _gpt2(lora=False)
@@ -108,7 +110,7 @@ def gemma_causal_lm_lora(K):
 
 
 @corpus.case(corpus.images((IMAGE, IMAGE, 3), num_classes=3),
-             origin="keras_hub ViTImageClassifier", **HUB)
+             origin="keras_hub ViTImageClassifier", slow=True, **HUB)
 def vit_classifier(K):
   del K
   hub = _hub()

@@ -20,15 +20,15 @@ def dp_batch_normalization(K):
                                           "-> ReLU, tf_dp's BN replacement")
 def conv_dp_batch_norm(K):
   layers = K.layers
-  DPBatchNormalization = dp_batch_normalization(K)  # pylint: disable=invalid-name
+  batch_norm = dp_batch_normalization(K)
   return K.Sequential([
       K.Input(CIFAR),
       layers.Conv2D(8, 3, padding="same", use_bias=False),
-      DPBatchNormalization(),
+      batch_norm(),
       layers.Activation("relu"),
       layers.MaxPooling2D(),
       layers.Conv2D(16, 3, padding="same", use_bias=False),
-      DPBatchNormalization(),
+      batch_norm(),
       layers.Activation("relu"),
       layers.GlobalAveragePooling2D(),
       layers.Dense(10),

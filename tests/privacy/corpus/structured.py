@@ -190,7 +190,7 @@ def _tickets(rng, n):
     "priority": K.losses.BinaryCrossentropy(from_logits=True),
     "department": K.losses.CategoricalCrossentropy(from_logits=True)},
              origin="keras.io functional API guide, 'Models with multiple "
-                    "inputs and outputs' (support tickets)")
+                    "inputs and outputs' (support tickets)", slow=True)
 def ticket_router(K):
   layers = K.layers
   title_input = K.Input(shape=(None,), name="title")

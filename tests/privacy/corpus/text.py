@@ -42,7 +42,7 @@ def text_conv1d(K):
 @corpus.case(corpus.tokens(LENGTH, VOCAB, num_classes=1, padded=True),
              loss=corpus.binary_logits,
              origin="tensorflow.org 'Text classification with an RNN' "
-                    "(mask_zero, Bidirectional LSTM)")
+                    "(mask_zero, Bidirectional LSTM)", slow=True)
 def masked_bidirectional_lstm(K):
   return K.Sequential([
       K.Input(shape=(None,), dtype="int32"),
@@ -55,7 +55,7 @@ def masked_bidirectional_lstm(K):
 
 @corpus.case(corpus.tokens(LENGTH, VOCAB, num_classes=1),
              loss=corpus.named("binary_crossentropy"),
-             origin="keras.io 'Bidirectional LSTM on IMDB'")
+             origin="keras.io 'Bidirectional LSTM on IMDB'", slow=True)
 def stacked_bidirectional_lstm(K):
   inputs = K.Input(shape=(None,), dtype="int32")
   x = K.layers.Embedding(VOCAB, 8)(inputs)
@@ -66,7 +66,7 @@ def stacked_bidirectional_lstm(K):
 
 
 @corpus.case(corpus.tokens(LENGTH, VOCAB, num_classes=3, padded=True),
-             origin="Embedding(mask_zero=True) + GRU")
+             origin="Embedding(mask_zero=True) + GRU", slow=True)
 def masked_gru(K):
   return K.Sequential([
       K.Input(shape=(LENGTH,), dtype="int32"),
@@ -79,7 +79,7 @@ def masked_gru(K):
 
 @corpus.case(corpus.tokens(LENGTH, VOCAB, num_classes=4),
              loss=corpus.named("sparse_categorical_crossentropy"),
-             origin="Embedding + SimpleRNN")
+             origin="Embedding + SimpleRNN", slow=True)
 def simple_rnn_classifier(K):
   return K.Sequential([
       K.Input(shape=(LENGTH,), dtype="int32"),
@@ -98,7 +98,8 @@ def _characters(rng, n, maxlen=10, chars=12):
 
 @corpus.case(_characters, loss=corpus.named("categorical_crossentropy"),
              optimizer=lambda K: K.optimizers.RMSprop(learning_rate=0.01),
-             origin="keras.io 'Character-level text generation with LSTM'")
+             origin="keras.io 'Character-level text generation with LSTM'",
+             slow=True)
 def char_lstm(K):
   maxlen, chars = 10, 12
   return K.Sequential([
@@ -115,7 +116,7 @@ def _tagged(rng, n):
 
 
 @corpus.case(_tagged, origin="a BiLSTM sequence tagger: one label per token "
-                             "(TimeDistributed Dense)")
+                             "(TimeDistributed Dense)", slow=True)
 def bilstm_tagger(K):
   inputs = K.Input(shape=(LENGTH,), dtype="int32")
   x = K.layers.Embedding(VOCAB, 8, mask_zero=True)(inputs)

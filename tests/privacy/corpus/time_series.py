@@ -39,7 +39,7 @@ def weather_lstm(K):
 @corpus.case(corpus.series(STEPS, FEATURES, "each"),
              loss=lambda K: K.losses.MeanSquaredError(),
              origin="tensorflow.org 'Time series forecasting' (RNN on "
-                    "every time step)")
+                    "every time step)", slow=True)
 def gru_every_step(K):
   return K.Sequential([
       K.Input((STEPS, FEATURES)),
@@ -73,7 +73,7 @@ def multi_step_conv(K):
 
 
 @corpus.case(corpus.series(STEPS, FEATURES, "next"), loss=corpus.named("mae"),
-             origin="stacked LSTMs with Dropout between them")
+             origin="stacked LSTMs with Dropout between them", slow=True)
 def stacked_lstm_dropout(K):
   return K.Sequential([
       K.Input((STEPS, FEATURES)),
@@ -118,7 +118,8 @@ def timeseries_transformer(K):
 
 
 @corpus.case(corpus.series(STEPS, FEATURES, "next"), loss=corpus.named("mse"),
-             origin="Conv1D + MaxPooling1D feature extractor before an LSTM")
+             origin="Conv1D + MaxPooling1D feature extractor before an LSTM",
+             slow=True)
 def conv_lstm_forecaster(K):
   return K.Sequential([
       K.Input((STEPS, FEATURES)),

@@ -220,7 +220,7 @@ def _segmentation(rng, n):
     "sparse_categorical_crossentropy"),
              origin="keras.io 'Image segmentation with a U-Net-like "
                     "architecture' (BatchNormalization swapped by "
-                    "with_group_normalization)")
+                    "with_group_normalization)", slow=True)
 def unet_segmentation(K):
   import tf_dp  # pylint: disable=g-import-not-at-top
   layers = K.layers
