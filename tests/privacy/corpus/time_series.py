@@ -28,7 +28,7 @@ def fcn_classifier(K):
 
 @corpus.case(corpus.series(STEPS, FEATURES, "next"), loss=corpus.named("mse"),
              origin="keras.io 'Timeseries forecasting for weather "
-                    "prediction'")
+                    "prediction'", slow=True)
 def weather_lstm(K):
   inputs = K.layers.Input(shape=(STEPS, FEATURES))
   lstm_out = K.layers.LSTM(8)(inputs)
