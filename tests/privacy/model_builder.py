@@ -182,7 +182,7 @@ def _block_layers(K, block, shape):
 def _head(K, spec, shape):
   layers = []
   if len(shape) > 1:
-    layers.append(K.layers.Flatten() if grammar._is_static(shape)  # pylint: disable=protected-access
+    layers.append(K.layers.Flatten() if grammar.is_static(shape)
                   else _global_pooling(K, len(shape) - 1, "average")())
   layers.append(K.layers.Dense(grammar.LOSSES[spec.loss][0]))
   return layers, _chain(*layers)
@@ -225,8 +225,9 @@ def _enable_lora(K, spec, program):
   (Keras's zeros would give ``lora_kernel_a`` a zero gradient)."""
   for (layers, _), block in zip(program, spec.blocks):
     if block.lora:
-      layers[0].enable_lora(block.lora, b_initializer=K.initializers.RandomNormal(
-          stddev=0.1, seed=spec.seed % 1000))
+      layers[0].enable_lora(block.lora,
+                            b_initializer=K.initializers.RandomNormal(
+                                stddev=0.1, seed=spec.seed % 1000))
 
 
 def build_model(K, spec):

@@ -133,7 +133,7 @@ def _activation(draw):
   return draw(st.sampled_from(ACTIVATIONS))
 
 
-def _is_static(shape):
+def is_static(shape):
   return all(d is not None for d in shape)
 
 
@@ -160,7 +160,7 @@ def applicable_kinds(shape: Shape, masked_ok: bool = True):
       kinds.append("masked")
   if rank == 3:
     kinds += ["conv2d", "pool", "global_pool", "reshape", "permute"]
-  if rank >= 2 and _is_static(shape):
+  if rank >= 2 and is_static(shape):
     kinds.append("flatten")
     if rank == 2:
       kinds.append("permute")

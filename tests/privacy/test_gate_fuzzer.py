@@ -42,6 +42,8 @@ derandomized, without shrinking (a failure prints the example as drawn).
 method, outcome, ratio to 2C) for a campaign's report;
 ``TF_DP_FUZZ_KEEP_GOING=1`` records failing examples and goes on (hypothesis
 stops soon after its first failure), failing at the end with all of them.
+A printed example reruns alone as ``check_neighbours(K, spec, data,
+method)``; ``FOUND`` keeps the counterexamples of a campaign as fixed cases.
 """
 
 import dataclasses
