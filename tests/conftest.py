@@ -48,7 +48,7 @@ LONGEST_FILES = (
     "tests/keras/fast/test_conv_rules.py",
     "tests/keras/fast/test_einsum_rule.py",
     "tests/estimator/test_dp_optimizer_v1.py",
-    "tests/privacy/test_random_models.py",
+    "tests/privacy/test_gate_fuzzer.py",
     "tests/keras/test_callbacks.py",
     "tests/keras/test_fit_sampling.py",
 )
