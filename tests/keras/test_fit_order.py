@@ -24,8 +24,7 @@ FIXES = ("shuffle=True", ".shuffle(n).batch(B)", "poisson_sampled_batches",
 
 
 def _private(K, sampling, **kwargs):
-  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.5), l2_norm_clip=1.0, noise_multiplier=SIGMA,
       sampling=sampling, **kwargs),

@@ -119,7 +119,7 @@ def test_fit_trains_with_noise_and_microbatches_and_records_every_lot(K):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_unbuilt_sequential_trains_without_the_self_check(K):
+def test_an_unbuilt_sequential_is_built_and_trains(K):
   """Built on a few examples of the first batch before the first DP step."""
   x, y = helpers.make_data("dense", 16)
   model = K.Sequential([K.layers.Dense(4), K.layers.Dense(3)])

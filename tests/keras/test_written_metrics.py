@@ -20,7 +20,7 @@ def _fitted(K, private):
   x, y = helpers.make_data("dense", 16)
   model = helpers.build_model(K, "dense")
   if private:
-    model = tf_dp.keras.make_private(model, self_check=False)
+    model = tf_dp.keras.make_private(model)
   optimizer = K.optimizers.SGD(0.1)
   if private:
     optimizer = tf_dp.DPOptimizer(optimizer, l2_norm_clip=1.0,

@@ -161,10 +161,10 @@ def test_budget_holds_per_step_with_steps_per_execution(K,
   assert more > target
 
 
-def test_attention_trains_with_the_self_check_and_is_refused_on_vectorized():
+def test_attention_trains_on_the_fast_path_and_is_refused_on_vectorized():
   # Keras 3 MultiHeadAttention under tf.vectorized_map hits TF 2.21's oneDNN
-  # matmul bug: the self-check skips its vectorized reference for it, and
-  # the whole-model vectorized path refuses it with the fix.
+  # matmul bug: the fast path computes it without vectorized_map, and the
+  # whole-model vectorized path refuses it with the fix.
   import keras  # pylint: disable=g-import-not-at-top
   if not keras.__version__.startswith("3"):
     pytest.skip("Keras 3 only")

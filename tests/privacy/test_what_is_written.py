@@ -83,8 +83,7 @@ def _model(K, config):
     else:
       from tf_dp.keras import layers_keras2 as dp_layers  # pylint: disable=g-import-not-at-top
     layers.append(dp_layers.DPBatchNormalization(l2_norm_clip=2.0))
-  model = tf_dp.keras.make_private(K.Sequential(layers + [K.layers.Dense(3)]),
-                                   self_check=False)
+  model = tf_dp.keras.make_private(K.Sequential(layers + [K.layers.Dense(3)]))
   kwargs = dict(dict(population_size=N), **CONFIGS[config])
   model.compile(optimizer=tf_dp.DPOptimizer(
       K.optimizers.SGD(0.1), l2_norm_clip=1.0, noise_multiplier=1.1,
