@@ -63,7 +63,7 @@ def _map_examples(one, structure):
   ``one`` sees example ``i``'s slice only, whichever way it runs:
   ``tf.vectorized_map`` (whose iterations are independent by definition),
   or, for a few dense examples in eager mode, a Python loop over the
-  slices (the self-check's batches, with no function to trace).
+  slices (a small batch evaluated eagerly: no function to trace).
   """
   if tf.executing_eagerly():
     dense, size = _examples_to_loop_over(structure)
