@@ -11,9 +11,22 @@ import tf_dp.core
 from tf_dp.core import config
 from tf_dp.core import lot
 from tf_dp.core import lot_engine
+from tf_dp.core import provenance
 from tf_dp.core import vectorized
+from tf_dp.core.provenance import arithmetic
+from tf_dp.core.provenance import images
+from tf_dp.core.provenance import labels
+from tf_dp.core.provenance import layout
+from tf_dp.core.provenance import lists
+from tf_dp.core.provenance import op_rules
+from tf_dp.core.provenance import registry
+from tf_dp.core.provenance import reshapes
+from tf_dp.core.provenance import shapes
+from tf_dp.core.provenance import walker
 
-MODULES = (tf_dp.core, config, lot, lot_engine, vectorized)
+MODULES = (tf_dp.core, config, lot, lot_engine, provenance, vectorized)
+PROVENANCE = (arithmetic, images, labels, layout, lists, op_rules, registry,
+              reshapes, shapes, walker)
 FRONT_ENDS = ("keras", "tf_keras", "tf_dp.keras", "tf_dp.estimator")
 
 
@@ -29,10 +42,12 @@ def _imported_modules(path):
 def test_every_core_module_is_checked():
   present = {m.name for m in pkgutil.iter_modules(tf_dp.core.__path__)}
   assert present == {m.__name__.rsplit(".", 1)[-1] for m in MODULES[1:]}
+  present = {m.name for m in pkgutil.iter_modules(provenance.__path__)}
+  assert present == {m.__name__.rsplit(".", 1)[-1] for m in PROVENANCE}
 
 
 def test_no_core_module_imports_a_front_end():
-  for module in MODULES:
+  for module in MODULES + PROVENANCE:
     for name in _imported_modules(module.__file__):
       assert not any(name == f or name.startswith(f + ".")
                      for f in FRONT_ENDS), f"{module.__name__} imports {name}"

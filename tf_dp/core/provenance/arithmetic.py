@@ -6,7 +6,9 @@ product when it does not run over the examples' axis (over it, in the
 forward pass, it provably combines them).
 """
 
-from typing import Optional
+from typing import Optional, Sequence
+
+import tensorflow as tf
 
 from tf_dp.core.provenance.labels import Interleaved
 from tf_dp.core.provenance.labels import join
@@ -76,7 +78,8 @@ def _shape_only(op, inputs, forward):
   return all_outputs(op, PUBLIC)
 
 
-def broadcast(op, tensors, labels) -> Label:
+def broadcast(op: tf.Operation, tensors: Sequence[tf.Tensor],
+              labels: Sequence[Label]) -> Label:
   """The label of an elementwise result of ``tensors`` (numpy broadcasting):
   every input's example axis must land on the same output axis, and must
   not be stretched from size 1 (one example read by every row)."""
@@ -169,7 +172,8 @@ def _reduction(op, inputs, forward):
   return all_outputs(op, mixed(op, "a reduction over axes unknown when tracing"))
 
 
-def broadcast_reduction_axis(axes, grad, label, keep_dims) -> Optional[int]:
+def broadcast_reduction_axis(axes: tf.Tensor, grad: tf.Tensor, label: Rows,
+                             keep_dims: bool) -> Optional[int]:
   """Whether ``reduce_sum(grad, axes)``, with ``axes`` an output of
   ``BroadcastGradientArgs(s0, s1)`` (TensorFlow's gradient of a
   broadcasting operation whose shapes are unknown when tracing: ``s_k`` is

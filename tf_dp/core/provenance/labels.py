@@ -25,7 +25,7 @@ lists: applied to such inputs they give such outputs. Everything else is
 
 import collections
 import dataclasses
-from typing import Optional, Tuple, Union
+from typing import Iterable, Optional, Tuple, Union
 
 # The symbol of the number of examples in a batch.
 EXAMPLES = "N"
@@ -74,7 +74,7 @@ ONE = Monomial(1)
 Size = Optional[Monomial]
 
 
-def product(sizes) -> Size:
+def product(sizes: Iterable[Size]) -> Size:
   """The product of positive sizes (None if one is unknown or -1)."""
   total = ONE
   for size in sizes:

@@ -15,7 +15,7 @@ of axes (``Context``).
 """
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util  # pylint: disable=g-direct-tensorflow-import
@@ -34,7 +34,7 @@ Rule = Callable[[tf.Operation, List[Label], bool], List[Label]]
 _RULES: Dict[str, Rule] = {}
 
 
-def register(*op_types: str):
+def register(*op_types: str) -> Callable[[Rule], Rule]:
   def decorate(rule):
     for op_type in op_types:
       _RULES[op_type] = rule
@@ -66,11 +66,13 @@ def _unknown(op):
                f"examples apart")
 
 
-def mixed(op, reason, proven=False):
+def mixed(op: tf.Operation, reason: str, proven: bool = False) -> Mixed:
+  """A ``Mixed`` label lost at ``op``, for ``reason``."""
   return Mixed(op.name, op.type, reason, proven)
 
 
-def all_outputs(op, label):
+def all_outputs(op: tf.Operation, label: Label) -> List[Label]:
+  """``label`` for each of ``op``'s outputs."""
   return [label] * len(op.outputs)
 
 
@@ -78,15 +80,15 @@ def all_outputs(op, label):
 # Static facts about tensors.
 
 
-def rank(t) -> Optional[int]:
+def rank(t: tf.Tensor) -> Optional[int]:
   return t.shape.rank
 
 
-def static_dims(t) -> Optional[List[Optional[int]]]:
+def static_dims(t: tf.Tensor) -> Optional[List[Optional[int]]]:
   return None if t.shape.rank is None else t.shape.as_list()
 
 
-def constant(t) -> Optional[np.ndarray]:
+def constant(t: tf.Tensor) -> Optional[np.ndarray]:
   """``t``'s value if it is known when tracing, else None."""
   try:
     value = tensor_util.constant_value(t)
@@ -97,7 +99,7 @@ def constant(t) -> Optional[np.ndarray]:
   return None if value is None else np.asarray(value)
 
 
-def constant_element(t, index: int) -> Optional[int]:
+def constant_element(t: tf.Tensor, index: int) -> Optional[int]:
   """Element ``index`` of a 1-D ``t`` if known when tracing (also when only
   that element is, as in ``tf.stack([0, n])``)."""
   value = constant(t)
@@ -112,7 +114,8 @@ def constant_element(t, index: int) -> Optional[int]:
   return None
 
 
-def normalized_axes(value, rank_):
+def normalized_axes(value: Any, rank_: int) -> List[int]:
+  """The axes in ``value`` (a scalar or a vector), non-negative, sorted."""
   axes = [int(a) for a in np.asarray(value).reshape(-1)]
   return sorted({a + rank_ if a < 0 else a for a in axes})
 
@@ -164,12 +167,15 @@ class in_context:  # pylint: disable=invalid-name
     _CONTEXTS.pop()
 
 
-def moved(label, axis):
+def moved(label: Label, axis: int) -> Label:
   """``label`` (rows by example, contiguous or interleaved) on ``axis``."""
+  assert isinstance(label, (Rows, Interleaved)), label
   return dataclasses.replace(label, axis=axis)
 
 
-def has_axis(label) -> bool:
+def has_axis(label: Label) -> bool:
+  """Whether ``label`` holds examples on an axis (contiguous or
+  interleaved)."""
   return isinstance(label, (Rows, Interleaved))
 
 

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 from tf_dp.core.provenance.labels import EXAMPLES
 from tf_dp.core.provenance.labels import Interleaved
+from tf_dp.core.provenance.labels import Label
 from tf_dp.core.provenance.labels import Monomial
 from tf_dp.core.provenance.labels import product
 from tf_dp.core.provenance.labels import Rows
@@ -65,8 +66,8 @@ def reshaped(label: Rows, in_sizes: Optional[List[Size]],
   return None if group is None else Rows(out_axis, group)
 
 
-def interleaved_by_reshape(label, in_sizes: Optional[List[Size]],
-                          target: List[Size]):
+def interleaved_by_reshape(label: Label, in_sizes: Optional[List[Size]],
+                          target: List[Size]) -> Optional[Label]:
   """A reshape between rows by example behind other axes and interleaved
   rows, or None.
 
@@ -75,7 +76,7 @@ def interleaved_by_reshape(label, in_sizes: Optional[List[Size]],
   ``P`` blocks (a time-major tensor flattened, as ``tf.tensordot`` does);
   ``[P * N, R] -> [P, N, R']`` undoes it.
   """
-  if in_sizes is None:
+  if in_sizes is None or not isinstance(label, (Rows, Interleaved)):
     return None
   out_axis = 0
   while out_axis < len(target) and _is_one(target[out_axis]):

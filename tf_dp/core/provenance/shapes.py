@@ -34,7 +34,8 @@ class ShapeValues:
   """
 
   def __init__(self, axis_of_examples: Callable[[tf.Tensor],
-                                               Optional[Tuple[int, Size]]]):
+                                               Optional[Tuple[int, Size]]]
+               ) -> None:
     self._axis_of_examples = axis_of_examples
     self._values: Dict[object, Optional[List[Size]]] = {}
 
