@@ -64,9 +64,11 @@ def test_dp_batch_norm_output_does_not_depend_on_the_batch(K):
 
 @pytest.mark.parametrize("K", KERAS)
 def test_batch_norm_refusal_names_the_dp_layer(K):
-  model = K.Sequential([K.layers.Input((4,)), K.layers.BatchNormalization()])
+  model = K.Sequential([K.layers.Input((4,)), K.layers.BatchNormalization(),
+                        K.layers.Dense(2)])
+  model = helpers.compile_dp(K, model, 8)
   with pytest.raises(ValueError, match="DPBatchNormalization"):
-    tf_dp.keras.make_private(model)
+    model.fit(np.ones((8, 4), "float32"), np.zeros(8, "int32"), verbose=0)
 
 
 @pytest.mark.parametrize("K", KERAS)

@@ -4,8 +4,8 @@ A BatchNormalization with ``trainable=False`` (alone, or in a frozen
 backbone called with ``training=False``) normalises with its moving
 statistics: each example's output depends on that example alone, so the
 model trains privately. A BatchNormalization that normalises with the
-batch's statistics is refused, also when it is unfrozen after
-``make_private``.
+batch's statistics is refused by the privacy gate when the step is traced,
+before any update, also when it is unfrozen after ``make_private``.
 """
 
 import warnings
@@ -107,7 +107,7 @@ def test_a_batch_norm_unfrozen_after_make_private_is_refused(K):
   model.compile(optimizer=model.optimizer, loss=model.loss)
   before = [w.numpy().copy() for w in model.weights]
   x, y = helpers.make_data("dense", 16)
-  with pytest.raises(ValueError, match="statistics of the whole batch"):
+  with pytest.raises(ValueError, match="combines examples"):
     model.fit(x, y, batch_size=8, verbose=0)
   assert int(model.optimizer.ledger.sample_count) == 0
   for got, want in zip(model.weights, before):
@@ -118,6 +118,44 @@ def test_a_batch_norm_unfrozen_after_make_private_is_refused(K):
 def test_a_trainable_batch_norm_is_still_refused(K):
   model = K.Sequential([K.layers.Input((4,)), K.layers.Dense(3),
                         K.layers.BatchNormalization(name="bn")])
-  with pytest.raises(ValueError, match="'bn'.*statistics of the whole.*"
-                     "frozen BatchNormalization"):
-    tf_dp.keras.make_private(model)
+  model = helpers.compile_dp(K, model, 16)
+  x, y = helpers.make_data("dense", 16)
+  before = helpers.weights(model)
+  with pytest.raises(ValueError, match="'bn'.*combines examples.*"
+                     "DPBatchNormalization.*trainable=False"):
+    model.fit(x[:, :4], y, batch_size=8, verbose=0)
+  for got, want in zip(helpers.weights(model), before):
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_trainable_batch_norm_called_in_inference_mode(K):
+  """TensorFlow's transfer-learning tutorial fine-tunes a base whose
+  BatchNormalization stays trainable and is called with training=False.
+  Keras 2 then normalises with the moving statistics: the gate proves it
+  per example and it trains, like a loop over examples; Keras 3 normalises
+  such a layer with the batch's statistics whatever training says: the
+  gate refuses it, naming it, before any update."""
+  L = K.layers  # pylint: disable=invalid-name
+  init = K.initializers.GlorotUniform(seed=0)
+  inputs = K.Input((6,))
+  h = L.BatchNormalization(name="bn")(L.Dense(5, kernel_initializer=init)(
+      inputs))
+  base = K.Model(inputs, h)
+  outer = K.Input((6,))
+  model = K.Model(outer, L.Dense(3, kernel_initializer=init)(
+      base(outer, training=False)))
+  x, y = helpers.make_data("dense", 16)
+  if K.__name__.startswith("keras") and K.__version__.startswith("3"):
+    model = helpers.compile_dp(K, model, 16)
+    with pytest.raises(ValueError, match="'bn'.*combines examples"):
+      model.fit(x, y, batch_size=16, verbose=0)
+    return
+  expected = helpers.reference_update(model, x, y, clip=0.5, lr=0.1)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
+    model = helpers.compile_dp(K, model, 16, l2_norm_clip=0.5,
+                               noise_multiplier=0.0)
+  model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  for got, want in zip(model.trainable_variables, expected):
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)

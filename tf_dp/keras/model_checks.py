@@ -1,12 +1,10 @@
 """Model validation and per-example randomness for ``make_private``.
 
-* BatchNormalization in training mode mixes examples: one example's
-  gradient depends on the others, so clipping no longer bounds a record's
-  contribution. A trainable one is refused. A frozen one
-  (``trainable=False``, e.g. in a frozen backbone) runs in inference mode,
-  with its moving statistics, and trains; its ``call`` refuses, when the
-  model is traced or run, any call that would use the batch's statistics
-  (the layer unfrozen later and called in training mode).
+* BatchNormalization is not refused here: in training mode it normalises
+  with the batch's statistics, which the privacy gate
+  (``tf_dp.keras.privacy_gate``) refuses when the step is traced; frozen
+  (``trainable=False``) or called with ``training=False`` it uses its moving
+  statistics, keeps examples apart and trains.
 * Activity regularisers depend on the data and are not clipped per example.
   Refused. ``add_loss`` terms are evaluated on a public input (no data) and
   added outside the clipped sum; one that depends on the data is refused at
@@ -22,21 +20,6 @@ import tensorflow as tf
 
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
-
-BATCH_NORM_ERROR = (
-    "Layer {name!r} ({cls}) normalises with statistics of the whole batch: "
-    "each example's gradient then depends on the other examples, the "
-    "per-example clipping bound no longer holds, and the DP guarantee is "
-    "void. A frozen BatchNormalization (trainable=False, as in a frozen "
-    "backbone) runs in inference mode and trains: to fine-tune a backbone, "
-    "unfreeze its other layers and keep its BatchNormalization layers "
-    "frozen. Other fixes: (1) replace it with keras.layers.GroupNormalization "
-    "(model = tf_dp.keras.with_group_normalization(model) swaps them all) or "
-    "keras.layers.LayerNormalization (per-example statistics), or (2) use "
-    "tf_dp.keras.layers.DPBatchNormalization (tf_dp.keras.layers_keras2 for "
-    "Keras 2), whose statistics are estimated with "
-    "tf_dp.dp_query.BatchNormStatsQuery in the same ledger sample.")
-
 
 MIXED_PRECISION_ERROR = (
     "Layer {name!r} computes in {compute} (dtype policy {policy!r}): "
@@ -54,36 +37,11 @@ def all_layers(model):
   return backend.for_object(model).all_layers(model)
 
 
-def _batch_norm_error(layer):
-  return UnsupportedModelError(BATCH_NORM_ERROR.format(
-      name=layer.name, cls=type(layer).__name__))
-
-
-def _refuse_batch_statistics_when_called(layer, keras_backend):
-  """Makes frozen BatchNormalization ``layer`` raise ``BATCH_NORM_ERROR``
-  when a call would normalise with the batch's statistics (it was unfrozen
-  after ``make_private`` and is called in training mode): the error comes
-  when the training step is traced, before any step."""
-  if getattr(layer, "_tf_dp_guarded", False):
-    return
-  original = layer.call
-
-  def call(inputs, *args, **kwargs):
-    training = kwargs.get("training", args[0] if args else None)
-    if keras_backend.uses_batch_statistics(layer, training):
-      raise _batch_norm_error(layer)
-    return original(inputs, *args, **kwargs)
-
-  layer.call = call
-  layer._tf_dp_guarded = True  # pylint: disable=protected-access
-
-
 def validate_and_prepare(model):
   """Refuses layers that break per-example DP; makes random layers draw
   independently per example (Keras 3; see the backend's
   ``make_randomness_per_example``)."""
   keras_backend = backend.for_object(model)
-  batch_norms = keras_backend.batch_norm_classes()
   layers = keras_backend.all_layers(model)
   for layer in [model] + layers:
     compute = str(getattr(layer, "compute_dtype", None))
@@ -94,10 +52,6 @@ def validate_and_prepare(model):
           name=layer.name, compute=compute,
           policy=getattr(policy, "name", policy)))
   for layer in layers:
-    if isinstance(layer, batch_norms):
-      if layer.trainable:
-        raise _batch_norm_error(layer)
-      _refuse_batch_statistics_when_called(layer, keras_backend)
     if getattr(layer, "activity_regularizer", None) is not None:
       raise UnsupportedModelError(
           f"Layer {layer.name!r} has an activity_regularizer: it depends on "

@@ -65,7 +65,10 @@ MIXING_ERROR = (
     "Replace it with a layer that treats each example on its own: for "
     "batch statistics, LayerNormalization, GroupNormalization "
     "(tf_dp.keras.with_group_normalization(model)) or "
-    "tf_dp.keras.layers.DPBatchNormalization.")
+    "tf_dp.keras.layers.DPBatchNormalization (tf_dp.keras.layers_keras2 "
+    "for Keras 2). A BatchNormalization frozen with trainable=False, or "
+    "called with training=False, normalises with its moving statistics "
+    "and trains.")
 
 STATE_WRITE_ERROR = (
     "Layer {layer} writes a value computed from the training data to "

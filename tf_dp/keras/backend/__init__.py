@@ -32,12 +32,8 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
   sublayers(layer)              a layer's direct sublayers
   unpack_x_y_sample_weight(data)
   batch_norm_classes()          classes that normalise with batch statistics
-  uses_batch_statistics(layer, training)  whether a BatchNormalization
-                                called so normalises with the batch's
   pfor_hazard_layer_classes()   layers TF's oneDNN breaks under vectorized_map
   make_randomness_per_example(layer)  independent draws per example, or raise
-  random_state_restorer(layer)  a function restoring the layer's random
-                                state as it is now (None if it has none)
   get_loss(identifier), get_optimizer(identifier)
   clone_model(model, clone_function, replaced)  a clone, nested models too
   group_normalization(**kwargs)  a new GroupNormalization layer

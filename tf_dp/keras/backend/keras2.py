@@ -102,44 +102,10 @@ def pfor_hazard_layer_classes():
   return ()
 
 
-def uses_batch_statistics(layer, training):
-  """Whether BatchNormalization ``layer``, called with ``training``,
-  normalises with the batch's statistics, as the layer itself decides
-  (``_get_training_value``: a frozen layer runs in inference mode; None
-  means the learning phase). A training tensor whose value is unknown
-  counts as True."""
-  training = layer._get_training_value(training)  # pylint: disable=protected-access
-  if tf.is_tensor(training):
-    training = tf.get_static_value(training)
-    if training is None:
-      return True
-  return bool(training)
-
-
 def make_randomness_per_example(layer):
   """Nothing to do: Keras 2's random layers draw with stateful TF ops,
   which give each example its own draw under ``tf.vectorized_map``."""
   del layer
-
-
-def random_state_restorer(layer):
-  """A function that puts ``layer``'s random state back where it is now
-  (None if it has none): its ``tf.random.Generator`` state (augmentation
-  layers) and the Python seed a seeded legacy layer advances per call,
-  neither of which the global TF seed repeats."""
-  generator = getattr(layer, "_random_generator", None)
-  if generator is None:
-    return None
-  seed = getattr(generator, "_seed", None)  # pylint: disable=protected-access
-  tf_generator = getattr(generator, "_generator", None)  # pylint: disable=protected-access
-  state = getattr(tf_generator, "state", None)
-  saved = None if state is None else tf.identity(state)
-
-  def restore():
-    generator._seed = seed  # pylint: disable=protected-access
-    if saved is not None:
-      state.assign(saved)
-  return restore
 
 
 # --- Losses. ---

@@ -74,18 +74,6 @@ def pfor_hazard_layer_classes():
   return (layers.EinsumDense, layers.MultiHeadAttention)
 
 
-def uses_batch_statistics(layer, training):
-  """Whether BatchNormalization ``layer``, called with ``training``,
-  normalises with the batch's statistics (Keras 3: ``training`` and the
-  layer trainable; a frozen layer runs in inference mode). A ``training``
-  tensor whose value is unknown counts as True."""
-  if tf.is_tensor(training):
-    training = tf.get_static_value(training)
-    if training is None:
-      return bool(layer.trainable)
-  return bool(training) and bool(layer.trainable)
-
-
 # --- Randomness: one independent draw per example. ---
 
 
@@ -169,21 +157,6 @@ def make_randomness_per_example(layer):
         f"Layer {layer.name!r} ({cls}) draws randomness from a Keras 3 "
         f"SeedGenerator; inside tf.vectorized_map every example would get "
         f"the same draw. Replace it with a layer that uses tf.random ops.")
-
-
-def random_state_restorer(layer):
-  """A function that puts ``layer``'s random state back where it is now
-  (None if it has none): the states of its Keras ``SeedGenerator``s, whose
-  draws the global TF seed does not repeat."""
-  states = [g.state for g in getattr(layer, "_seed_generators", ())]  # pylint: disable=protected-access
-  if not states:
-    return None
-  saved = [tf.identity(s.value) for s in states]
-
-  def restore():
-    for state, value in zip(states, saved):
-      state.assign(value)
-  return restore
 
 
 # --- Losses. ---

@@ -34,6 +34,7 @@ import tensorflow as tf
 from tf_dp.core import lot as lot_lib
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
+from tf_dp.keras import dp_batch_norm
 from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras import privacy_gate
@@ -397,6 +398,11 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
     # Examples on another axis (a layer called on a time-major tensor): the
     # per-layer fallback reads each example's rows where they are.
     unit = units[index]
+    if dp_batch_norm.is_dp_batch_norm(unit):
+      # Its statistics are read per example from the first axis of its tap.
+      raise FastPathUnavailable(
+          f"DPBatchNormalization layer {unit.name!r} is called on a tensor "
+          f"whose examples are not on its first axis")
     hazard = vectorized_map_hazard([unit])
     if hazard:
       raise FastPathUnavailable(hazard)
