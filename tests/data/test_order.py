@@ -44,6 +44,14 @@ FIXED = {
                       "cache between"),
     "repeat below": (lambda: rows().repeat(2).shuffle(2 * N).batch(10),
                      "repeats the rows before shuffling"),
+    # Batches of 30 over passes of 100: the 4th batch holds the last 10 of
+    # pass 1 and the first 20 of pass 2, which may repeat one of them.
+    "repeat between, straddling": (
+        lambda: rows().shuffle(N).repeat(2).batch(30),
+        "a batch across two passes may hold an example twice"),
+    "shuffle_and_repeat, straddling": (
+        lambda: shuffle_and_repeat(rows()).batch(30),
+        "a batch across two passes may hold an example twice"),
     "unbatch between": (lambda: rows().shuffle(N).batch(10).unbatch().batch(
         10), "UnbatchDataset op"),
     "generator": (lambda: tf.data.Dataset.from_generator(
@@ -80,3 +88,16 @@ def test_one_batch_of_every_example_counts_whatever_the_order():
   """Its lot holds all n (q = 1): nothing is amplified."""
   assert order.batch_order(rows().batch(N), N).random
   assert not order.batch_order(rows().batch(N - 1), N).random
+
+
+def test_a_straddling_batch_can_hold_an_example_twice():
+  """Why the straddling pipelines are refused: the batch across the two
+  passes (10 rows of one shuffle, 20 of another) repeats an example with
+  probability 1 - C(90, 20) / C(100, 20) = 0.90 per draw; 20 draws all
+  without a repeat have probability 1e-20."""
+  tf.random.set_seed(7)
+  repeats = 0
+  for _ in range(20):
+    straddling = list(rows().shuffle(N).repeat(2).batch(30))[3][0].numpy()
+    repeats += len(set(straddling)) < len(straddling)
+  assert repeats > 0

@@ -14,7 +14,10 @@ that
   buffer only moves an example a buffer's length, so its batch is not a
   uniform sample; a buffer of 1 shuffles nothing);
 * reads one pass, not a repeated stream (a ``repeat`` below the shuffle
-  mixes passes in its buffer, and a batch may hold an example twice).
+  mixes passes in its buffer, and a batch may hold an example twice);
+* is batched pass by pass: a ``repeat`` between the shuffle and the
+  batching makes a batch that straddles two passes, which may hold an
+  example twice, unless the n examples divide into batches of B.
 
 A batch of at least n rows holds every example whatever the order (its
 lot is recorded with q = 1, nothing amplified) and counts too.
@@ -138,8 +141,17 @@ def batch_order(dataset: tf.data.Dataset,
       and int(batch_size) >= population_size):
     return BatchOrder(True, "", None)  # Every batch is all n: q = 1.
   shuffled_batches = any(n.op in _SHUFFLE_OPS for n in chain[:batch_at])
+  repeated = False
   for node in chain[batch_at + 1:]:
+    repeated = repeated or node.op == "RepeatDataset"
     if node.op in _SHUFFLE_OPS:
+      if (repeated or node.op.startswith("ShuffleAndRepeat")) and not (
+          _passes_fill_batches(population_size, batch_size)):
+        return BatchOrder(False, "it repeats its shuffled rows before "
+                          "batching them, and a pass of n = "
+                          f"{population_size} examples does not divide "
+                          f"into batches of {batch_size}: a batch across "
+                          "two passes may hold an example twice")
       return _shuffle_order(graph, node, population_size)
     if node.op.startswith("Cache"):
       return BatchOrder(False, "a cache between its shuffle and its "
@@ -156,6 +168,12 @@ def batch_order(dataset: tf.data.Dataset,
                       f"shuffle of the examples between them")
   return BatchOrder(False, "it batches its rows in the order they come (no "
                     "shuffle of the examples before .batch)")
+
+
+def _passes_fill_batches(population_size, batch_size):
+  """Whether passes of n rows end where batches of B end (n % B == 0)."""
+  return (population_size is not None and batch_size is not None
+          and population_size % int(batch_size) == 0)
 
 
 def _shuffle_order(graph, node, population_size):
