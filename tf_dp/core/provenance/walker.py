@@ -90,22 +90,40 @@ class Analysis:
 
   def _visit(self, op, forward):
     inputs = [self.label(t) for t in op.inputs]
-    if op.type in _CALLS:
-      outputs = self._call(op, "f", list(op.inputs), inputs, forward)
-    elif op.type in _CONDITIONALS:
-      outputs = self._branches(op, ["then_branch", "else_branch"], inputs,
-                               forward)
-    elif op.type in _CASES:
-      outputs = self._branches(op, ["branches"], inputs, forward)
-    elif op.type in _LOOPS:
-      outputs = self._loop(op, inputs, forward)
-    else:
-      outputs = op_rules.output_labels(op, inputs, forward)
-      if op_rules.writes_state(op) and op_rules.data_inputs(op, inputs):
+    try:
+      outputs = self._outputs(op, inputs, forward)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError,
+            tf.errors.OpError) as e:
+      # Fail closed: an operation the analysis cannot read (a function body
+      # it cannot rebuild, an attribute of an unexpected form) is Mixed.
+      if all(label is PUBLIC for label in inputs):
+        outputs = [PUBLIC] * len(op.outputs)
+      else:
+        outputs = [Mixed(op.name, op.type, f"the analysis could not read "
+                         f"this operation ({type(e).__name__})")] * len(
+                             op.outputs)
+      if any(t.dtype == tf.resource for t in op.inputs) and any(
+          label is not PUBLIC for label in inputs):
         self.writes.append(op)
     for t, label in zip(op.outputs, outputs):
       if label is not PUBLIC:
         self._labels[t.ref()] = label
+
+  def _outputs(self, op, inputs, forward):
+    """The labels of ``op``'s outputs (see ``walk``)."""
+    if op.type in _CALLS:
+      return self._call(op, "f", list(op.inputs), inputs, forward)
+    if op.type in _CONDITIONALS:
+      return self._branches(op, ["then_branch", "else_branch"], inputs,
+                            forward)
+    if op.type in _CASES:
+      return self._branches(op, ["branches"], inputs, forward)
+    if op.type in _LOOPS:
+      return self._loop(op, inputs, forward)
+    outputs = op_rules.output_labels(op, inputs, forward)
+    if op_rules.writes_state(op) and op_rules.data_inputs(op, inputs):
+      self.writes.append(op)
+    return outputs
 
   def _body(self, op, body, inputs, forward):
     """Output labels of function graph ``body`` called with ``inputs``."""
