@@ -6,7 +6,8 @@
 # adapter and the Estimator, have fast tests; the slow end-to-end runs train
 # the same tf_dp code as on TF 2.21, whose tf-keras runs Keras 2's path);
 # TF_DP_SLOW_ON_ALL_STACKS=1 runs them there too.
-# Extra arguments go to pytest (e.g. -m "not slow"). The tests run in
+# Extra arguments go to pytest (e.g. -m "not slow"). Tests marked long
+# (the corpus's slowest models) run only with TF_DP_LONG=1. The tests run in
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
 # Each stack runs its share of the Keras 2 cases, which both stacks run
@@ -48,9 +49,11 @@ for stack in "${stacks[@]}"; do
   echo "=== stack $stack: $("$py" -c 'import tensorflow as tf, numpy; print("tensorflow", tf.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
   workers=(-n "${TF_DP_TEST_WORKERS:-2}" --dist loadfile)
   [ "${TF_DP_TEST_WORKERS:-2}" = 0 ] && workers=()
-  marks=()
+  marks=(-m "not long")
+  [ -n "${TF_DP_LONG:-}" ] && marks=()
   if [ "$stack" = tf215 ] && [ -z "${TF_DP_SLOW_ON_ALL_STACKS:-}" ]; then
-    marks=(-m "not slow")
+    marks=(-m "not slow and not long")
+    [ -n "${TF_DP_LONG:-}" ] && marks=(-m "not slow")
   fi
   share=(--stack-share="$stack")
   [ -n "${TF_DP_FULL_MATRIX:-}" ] && share=()

@@ -8,7 +8,9 @@ multiplier 1.1, ``fit`` on two batches, shuffled) on both per-example paths
 and on every Keras flavour it exists in. The test id names the model, the
 flavour and the path. The cases marked slow (to keep the fast set near 4
 minutes of CPU per stack): every model on the vectorized path, and the
-models whose step alone costs more than about 10 s (``Case.slow``).
+models whose step alone costs more than about 10 s (``Case.slow``); of
+those, all but three KerasHub models are also marked long, run by hand
+(``TF_DP_LONG=1 bash scripts/test.sh``): CI trains 40 models.
 
 A refusal (any exception) fails, and so does a trainable weight that is not
 finite or did not change: the noise moves every weight that receives an
@@ -35,15 +37,25 @@ ONEDNN_HAZARD = tuple(int(v) for v in tf.__version__.split(".")[:2]) >= (
     2, 16)
 
 
+# Slow models that CI still trains (the rest of the slow ones are marked
+# long: scripts/test.sh runs them with TF_DP_LONG=1): KerasHub task models
+# of three more kinds, at about 10 s a case.
+IN_CI = frozenset({"bert_classifier_lora", "gpt2_causal_lm",
+                   "vit_classifier"})
+
+
 def _params():
   for case in corpus.CASES:
     for flavour in case.flavours:
       if flavour not in KERAS:
         continue  # tf.keras 2.15 alone on TF 2.15: Keras 3 models absent.
       for path in run.PATHS:
-        slow = case.slow or path == "vectorized"
-        yield pytest.param(case, flavour, path,
-                           marks=[pytest.mark.slow] if slow else [],
+        marks = []
+        if case.slow or path == "vectorized":
+          marks.append(pytest.mark.slow)
+        if case.slow and case.name not in IN_CI:
+          marks.append(pytest.mark.long)
+        yield pytest.param(case, flavour, path, marks=marks,
                            id=f"{case.name}-{flavour}-{path}")
 
 
