@@ -189,27 +189,33 @@ def _off_batch_step(K, layout, x, y, query, params):
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_a_layer_on_rows_that_are_not_examples_is_refused(K):
-  # Before this was refused, the position table's gradient rows were split
-  # into 8 pseudo-records each summing every example's terms: replacing one
-  # example moved the clipped sum by 3.0 x 2C (batch 16, 16 positions;
-  # 1.7 x at batch 4, 8 positions). Its output gradient sums over the
-  # examples: the gate cannot prove it, and the step takes the exact path.
+def test_a_layer_on_a_public_table_is_clipped_per_example(K):
+  """A Dense on a public table of positions, its output added to every
+  example: its gradient is a sum over the examples' axis, and each record's
+  share is read from its own rows (before the gate, the table's 8 rows were
+  read as 8 records each summing every example's terms: one example moved
+  the clipped sum by 3.0 x 2C). Frozen, then unfrozen: the second trace
+  taps it, no stale answer."""
+  from tf_dp.core import vectorized  # pylint: disable=g-import-not-at-top
   from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import per_example  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
   y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
   query = GaussianSumQuery(0.01, 0.0)
   params = query.derive_sample_params(query.initial_global_state())
-  model, _, step = _off_batch_step(K, "positions", x, y, query, params)
+  model, loss_fn, step = _off_batch_step(K, "positions", x, y, query,
+                                         params)
   off_batch = model.get_layer("off_batch").proj
   off_batch.trainable = False  # Frozen: not tapped, the step runs.
-  step()
-  off_batch.trainable = True  # Unfrozen later: refused, not a stale answer.
-  with pytest.raises(clipped_sum.FastPathUnavailable,
-                     match="several examples"):
-    step()
+  assert len(step()[0]) == len(model.trainable_variables)
+  off_batch.trainable = True
+  fast = step()[0]
+  assert len(fast) == len(model.trainable_variables)
+  grads = per_example.record_gradients(model, loss_fn, x, y, None)[0]
+  exact = vectorized.clipped_sum(query, params, grads)
+  for a, b in zip(fast, exact):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("K", KERAS)
