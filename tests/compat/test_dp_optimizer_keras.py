@@ -146,7 +146,8 @@ def test_large_batch_emulation_no_noise():
     with pytest.warns(UserWarning, match="noise_multiplier=0"):
       optimizer = tfp.DPKerasSGDOptimizer(
           l2_norm_clip=100.0, noise_multiplier=0.0,
-          gradient_accumulation_steps=2, learning_rate=1.0, population_size=4)
+          gradient_accumulation_steps=2, learning_rate=1.0, population_size=4,
+          sampling="fixed_order")
     x = np.array(xs[0] + xs[1], np.float32)
     state = fit_one_lot(state, np.zeros((4, 1)), optimizer, identity_loss,
                         x=x, linear=True, batch_size=2)

@@ -88,6 +88,16 @@ def test_one_batch_of_every_example_counts_whatever_the_order():
   """Its lot holds all n (q = 1): nothing is amplified."""
   assert order.batch_order(rows().batch(N), N).random
   assert not order.batch_order(rows().batch(N - 1), N).random
+  # Dataset.from_tensors of all n rows, passed unchanged (TF Privacy's
+  # tests feed their data so).
+  whole = tf.data.Dataset.from_tensors((ROWS, ROWS))
+  assert order.batch_order(whole, N).random
+  assert order.batch_order(whole.repeat(3).prefetch(1), N).random
+  assert not order.batch_order(whole, N + 1).random
+  assert not order.batch_order(whole, None).random
+  # A map may take some of the rows, always the same ones: not all n.
+  assert not order.batch_order(whole.map(lambda a, b: (a[:10], b[:10])),
+                               N).random
 
 
 def test_a_straddling_batch_can_hold_an_example_twice():

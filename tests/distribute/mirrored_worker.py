@@ -54,11 +54,13 @@ else:
 
 def fit_data(x, y, batch):
   """Multi-worker training reads a tf.data pipeline (global batches, sharded
-  by Keras across workers); single-host training takes the arrays."""
+  by Keras across workers), shuffled before batching as "shuffled" lots
+  must be, with one seed so that every worker draws the same order;
+  single-host training takes the arrays."""
   if not MULTI_WORKER:
     return (x, y, batch)
-  return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch), None,
-          None)
+  return (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+      len(x), seed=0).batch(batch), None, None)
 
 
 def one_step(x, y, clip, **dp_kwargs):

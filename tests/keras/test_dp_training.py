@@ -275,7 +275,7 @@ def test_short_last_batch_of_a_dataset_with_microbatches_is_a_clear_error(K):
   x, y = helpers.make_data("dense", 18)
   model = compile_dp(K, helpers.build_model(K, "dense"), 18, clip=1.0,
                      noise=1.0, num_microbatches=4)
-  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+  data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(18).batch(8)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="does not divide into num_microbatches=4"):
     model.fit(data, verbose=0)

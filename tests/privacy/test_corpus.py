@@ -8,9 +8,11 @@ multiplier 1.1, ``fit`` on two batches, shuffled) on both per-example paths
 and on every Keras flavour it exists in. The test id names the model, the
 flavour and the path. The cases marked slow (to keep the fast set near 4
 minutes of CPU per stack): every model on the vectorized path, and the
-models whose step alone costs more than about 10 s (``Case.slow``); of
-those, all but three KerasHub models are also marked long, run by hand
-(``TF_DP_LONG=1 bash scripts/test.sh``): CI trains 40 models.
+models marked ``Case.slow``; of those, all but three KerasHub models are
+also marked long, run by hand (``TF_DP_LONG=1 bash scripts/test.sh``): CI
+trains 40 models. Measured on TF 2.21 (2 cores): the long keras.applications
+networks take 18-60 s a case, the recurrent models 2-15 s (their exact path
+runs a per-record loop), U-Net 5-8 s; all 64 long cases pass.
 
 A refusal (any exception) fails, and so does a trainable weight that is not
 finite or did not change: the noise moves every weight that receives an
@@ -81,7 +83,7 @@ def test_ordinary_model_trains_privately(case, flavour, path):
     pytest.importorskip(module)
   K = KERAS[flavour]
   label = f"{case.name} ({flavour}, per_example_method={path!r})"
-  if case.mixes_examples:
+  if case.mixes_examples_in(flavour):
     with pytest.raises(UnsupportedModelError):
       run.train_two_steps(case, K, path)
     return

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 import tf_dp
 from tests.keras import helpers
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.keras import backend
 
 KERAS = helpers.keras_modules()
@@ -78,14 +79,14 @@ def _samples(model):
   return model.optimizer.ledger.to_dict()["samples"]
 
 
-def _check(lots, samples, n):
+def _check(lots, samples, n, sampling="shuffled"):
   """Every lot holds distinct examples and has its sample, in order."""
   assert len(samples) == len(lots), (len(samples), len(lots))
   for counts, sample in zip(lots, samples):
     assert counts.max() == 1, f"an example is in one lot {counts.max()} times"
     assert counts[n:].sum() == 0, "a lot holds an example not in the data"
     assert sample["population_size"] == n
-    assert sample["sampling"] == "shuffled"
+    assert sample["sampling"] == sampling
     assert sample["sampling_probability"] == pytest.approx(counts.sum() / n)
 
 
@@ -157,7 +158,10 @@ def test_two_fits_in_a_row_on_different_arrays(K):
 @pytest.mark.parametrize("kind", ["dataset", "generator", "batches"])
 def test_pipelines_with_a_given_population_size(K, kind):
   """tf.data, a generator and a PyDataset (Sequence on Keras 2) of
-  shuffled batches: q = batch / n from the given n, every lot distinct."""
+  shuffled batches: q = batch / n from the given n, every lot distinct.
+  tf_dp cannot read a generator's or a PyDataset's order: under
+  "shuffled" they are refused before any step, and train when the order
+  is declared fixed (each pass accounted without amplification)."""
   x, y = _data()
   rng = np.random.default_rng(0)
 
@@ -183,11 +187,19 @@ def test_pipelines_with_a_given_population_size(K, kind):
       "generator": dict(x=generator(), steps_per_epoch=3),
       "batches": dict(x=Batches()),
   }[kind]
-  model = _model(K, population_size=N)
+  sampling = "shuffled"
+  if kind != "dataset":
+    model = _model(K, population_size=N)
+    with pytest.raises(SamplingMismatchError,
+                       match="cannot read"):
+      _fit(model, _Lots(K, model), epochs=2, **fit_input)
+    assert int(model.optimizer.ledger.sample_count) == 0
+    sampling = "fixed_order"
+  model = _model(K, population_size=N, sampling=sampling)
   lots = _Lots(K, model)
   _fit(model, lots, epochs=2, **fit_input)
   assert len(lots.lots()) == 6
-  _check(lots.lots(), _samples(model), N)
+  _check(lots.lots(), _samples(model), N, sampling)
   _check_passes(lots.lots(), N, 3)
 
 

@@ -114,11 +114,12 @@ def test_incomplete_lot_at_an_unknown_epoch_end_is_discarded(K):
   x, y = helpers.make_data("dense", 40)
   model = helpers.compile_dp(K, helpers.build_model(K, "dense"), 40,
                              gradient_accumulation_steps=2)
-  # A generator dataset of unknown length: 5 batches, known only at the end.
+  # A generator dataset of unknown length, shuffled: 5 batches, known only
+  # at the end.
   data = tf.data.Dataset.from_generator(
-      lambda: ((x[i:i + 8], y[i:i + 8]) for i in range(0, 40, 8)),
-      output_signature=(tf.TensorSpec([None, 6], tf.float32),
-                        tf.TensorSpec([None], tf.int32)))
+      lambda: ((x[i], y[i]) for i in range(40)),
+      output_signature=(tf.TensorSpec([6], tf.float32),
+                        tf.TensorSpec([], tf.int32))).shuffle(40).batch(8)
   with pytest.warns(UserWarning, match="discarded an incomplete lot"):
     model.fit(data, epochs=2, verbose=0)
   samples = model.optimizer.ledger.to_dict(

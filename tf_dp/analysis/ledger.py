@@ -132,13 +132,18 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
     PrivacyError: if the samples do not all have one privacy unit (a
       per-example sample says nothing about a user's examples together,
       and a per-user epsilon cannot be composed from it).
-    LedgerFormatError: if a sample records no sum query (a correlated-noise
-      run's samples without its record: part of a ledger).
+    LedgerFormatError: if a sample other than a fixed-order pass's closing
+      one records no sum query (a correlated-noise run's samples without
+      its record: part of a ledger).
   """
   out: List[Tuple[LedgerEvent, int]] = []
   runs = ledger_runs(ledger)
   _privacy_unit_of_runs(runs)
-  if any(not sample.sum_queries for sample, _ in runs):
+  # A fixed-order sample without queries closes a pass and released
+  # nothing (tf_dp.analysis.fixed_order); a correlated-noise run, whose
+  # samples record no query, takes "shuffled" batches only.
+  if any(not sample.sum_queries and sample.sampling != Sampling.FIXED_ORDER
+         for sample, _ in runs):
     raise LedgerFormatError(
         "A sample of this ledger records no sum query: only a "
         "correlated-noise run (DPOptimizer(..., noise_strategy=...)) "

@@ -20,7 +20,8 @@ that
   example twice, unless the n examples divide into batches of B.
 
 A batch of at least n rows holds every example whatever the order (its
-lot is recorded with q = 1, nothing amplified) and counts too.
+lot is recorded with q = 1, nothing amplified) and counts too, as do the
+elements of ``Dataset.from_tensors`` of the n examples, passed unchanged.
 
 A shuffle after the batching (``.batch(B).shuffle(k)``) only shuffles the
 order of fixed batches: an example is always with the same B - 1 others,
@@ -133,6 +134,8 @@ def batch_order(dataset: tf.data.Dataset,
   batch_at = next((i for i, n in enumerate(chain) if n.op in _BATCH_OPS),
                   None)
   if batch_at is None:
+    if _whole_data_elements(chain, population_size):
+      return BatchOrder(True, "", None)  # Every batch is all n: q = 1.
     return BatchOrder(False, "it batches nothing that tf_dp can read (its "
                       "batches come as they are, e.g. from a generator or "
                       "pre-batched tensors)")
@@ -168,6 +171,28 @@ def batch_order(dataset: tf.data.Dataset,
                       f"shuffle of the examples between them")
   return BatchOrder(False, "it batches its rows in the order they come (no "
                     "shuffle of the examples before .batch)")
+
+
+# Ops that pass whole elements unchanged (or fewer of them).
+_ELEMENT_OPS = frozenset({
+    "RepeatDataset", "PrefetchDataset", "OptionsDataset", "ModelDataset",
+    "TakeDataset", "MaxIntraOpParallelismDataset",
+    "PrivateThreadPoolDataset"})
+
+
+def _whole_data_elements(chain, population_size):
+  """Whether ``chain`` gives ``Dataset.from_tensors`` elements of at least
+  n rows each, unchanged (repeated, prefetched): every batch is all n."""
+  if population_size is None or not chain:
+    return False
+  source = chain[-1]
+  if source.op != "TensorDataset" or any(
+      node.op not in _ELEMENT_OPS for node in chain[:-1]):
+    return False
+  shapes = source.attr["output_shapes"].list.shape
+  return bool(shapes) and all(
+      len(shape.dim) > 0 and shape.dim[0].size >= population_size
+      for shape in shapes)
 
 
 def _passes_fill_batches(population_size, batch_size):

@@ -31,14 +31,14 @@ def is_masked_rnn(layer, mask=None):
 
 
 def pfor_breaks_recurrence(layers):
-  """Whether a whole-model ``tf.vectorized_map`` would mis-convert a
-  recurrent layer among ``layers``: pfor turns the layer's TensorList loop
-  into a program that fails at run time when the layer's input comes from
-  an Embedding lookup or carries a mask (measured on Keras 3 and tf-keras
-  with TF 2.21)."""
-  feeds = any(getattr(layer, "mask_zero", False) or type(layer).__name__ in (
-      "Masking", "Embedding") for layer in layers)
-  return feeds and any(hasattr(layer, "cell") for layer in layers)
+  """Whether a whole-model ``tf.vectorized_map`` may mis-convert a
+  recurrent layer among ``layers``: pfor turns a recurrent layer's
+  TensorList loop into a program that fails at run time ("Tried to append
+  a tensor with incompatible shape to a list") in several measured cases
+  (an Embedding, a mask, or a reshape of the examples' rows before it; on
+  Keras 3 and tf-keras with TF 2.21), so every model with one takes the
+  per-record loop."""
+  return any(hasattr(layer, "cell") for layer in layers)
 
 
 def is_composite(t):

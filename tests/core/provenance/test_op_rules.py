@@ -134,9 +134,22 @@ CASES = [
     ("dilated_conv", lambda x: tf.nn.conv2d(
         x, tf.ones([2, 2, 1, 1]), 1, "SAME", dilations=2), (6, 6, 1),
      tf.float32, Rows(0)),
-    ("unknown_op", lambda x: tf.cast(tf.math.bincount(
+    ("count_over_the_batch", lambda x: tf.cast(tf.math.bincount(
         tf.cast(x, tf.int32), minlength=4, maxlength=4), tf.float32)[None] *
-     tf.ones_like(x), (4,), tf.float32, "mixed"),
+     tf.ones_like(x), (4,), tf.float32, "proven"),
+    ("unknown_op", lambda x: tf.cast(tf.math.bincount(
+        tf.cast(x, tf.int32), minlength=4, maxlength=4, binary_output=True,
+        axis=-1), tf.float32) * tf.linalg.det(tf.eye(4) + x[:, :1, None]),
+     (4,), tf.float32, "mixed"),
+    # CategoryEncoding: the output size is min(maxlength, max(minlength,
+    # largest token + 1)), the largest over the whole batch; equal bounds
+    # make it a constant.
+    ("bincount_per_example", lambda x: tf.cast(tf.math.bincount(
+        x, minlength=5, maxlength=5, axis=-1), tf.float32), (3,), tf.int32,
+     Rows(0)),
+    ("bincount_size_from_the_batch", lambda x: tf.cast(tf.math.bincount(
+        x, minlength=2, maxlength=5, axis=-1), tf.float32), (3,), tf.int32,
+     "proven"),
     ("backward_of_dense", _gradient_of(lambda x: tf.tanh(tf.matmul(x, W))),
      (4,), tf.float32, Rows(0)),
     # Through rows that interleave the examples, and back.

@@ -32,9 +32,6 @@ PRIVATE_ATTRIBUTES = frozenset({
     "_create_all_weights", "_name",  # optimizers
     "_implements_train_batch_hooks", "_implements_test_batch_hooks",
     "_implements_predict_batch_hooks",  # Keras 2's CallbackList
-    "_seed_generators", "_random_generator", "_generator",
-    "_seed",  # random layers' states
-    "_get_training_value",  # Keras 2 BatchNormalization's mode
 })
 FLAVOR_STRINGS = frozenset({"keras3", "keras2"})
 KERAS_PACKAGES = frozenset({"keras", "tf_keras"})

@@ -44,6 +44,7 @@ class Case:
     mixes_examples: Why one example's output depends on the others (an
       ordinary model with that defect, which DP training must refuse);
       empty for the models that must train.
+    mixes_on: The flavours where it mixes them (default: every one).
   """
   name: str
   build: Callable[[Any], Any]
@@ -56,6 +57,10 @@ class Case:
   origin: str = ""
   slow: bool = False
   mixes_examples: str = ""
+  mixes_on: Tuple[str, ...] = BOTH
+
+  def mixes_examples_in(self, flavour: str) -> bool:
+    return bool(self.mixes_examples) and flavour in self.mixes_on
 
   @property
   def examples(self) -> int:
@@ -89,7 +94,7 @@ def named(loss_name):
 def case(data: Data, loss: Callable[[Any], Any] = sparse_logits,
          optimizer: Callable[[Any], Any] = adam, flavours=BOTH,
          batch_size: int = 8, requires=(), origin: str = "", slow=False,
-         mixes_examples: str = "", name=None):
+         mixes_examples: str = "", mixes_on=BOTH, name=None):
   """Registers the decorated builder as a corpus ``Case`` named after it."""
   def register(build):
     key = name or build.__name__
@@ -100,7 +105,7 @@ def case(data: Data, loss: Callable[[Any], Any] = sparse_logits,
                        f"and underscores only.")
     REGISTRY[key] = Case(key, build, data, loss, optimizer, tuple(flavours),
                          batch_size, tuple(requires), origin, slow,
-                         mixes_examples)
+                         mixes_examples, tuple(mixes_on))
     return build
   return register
 

@@ -93,7 +93,12 @@ def conv_frozen_batch_norm(K):
              origin="tensorflow.org 'Transfer learning and fine-tuning': a "
                     "base unfrozen whole (BatchNormalization trainable) and "
                     "called with training=False, so it normalises with its "
-                    "moving statistics")
+                    "moving statistics",
+             mixes_examples="Keras 3's functional model passes fit's "
+                            "training=True to the base whatever its call "
+                            "said: BatchNormalization normalises with the "
+                            "batch's statistics",
+             mixes_on=(corpus.KERAS3,))
 def conv_base_called_in_inference_mode(K):
   layers = K.layers
   base_model = K.Sequential([

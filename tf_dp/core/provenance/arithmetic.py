@@ -8,6 +8,7 @@ forward pass, it provably combines them).
 
 from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.core.provenance.labels import Interleaved
@@ -26,6 +27,7 @@ from tf_dp.core.provenance.registry import moved
 from tf_dp.core.provenance.registry import normalized_axes
 from tf_dp.core.provenance.registry import rank
 from tf_dp.core.provenance.registry import register
+from tf_dp.core.provenance.registry import register_data_independent
 
 
 # --------------------------------------------------------------------------
@@ -47,7 +49,7 @@ _BROADCASTING = (
     "Add", "AddV2", "ApproximateEqual", "Atan2", "BitwiseAnd", "BitwiseOr",
     "BitwiseXor", "Complex", "Div", "DivNoNan", "Equal", "FloorDiv",
     "FloorMod", "Greater", "GreaterEqual", "Igamma", "Igammac", "Less",
-    "LessEqual", "LogicalAnd", "LogicalOr", "Maximum", "Minimum", "Mod", "Mul",
+    "LessEqual", "LogicalAnd", "LogicalOr", "Mod", "Mul",
     "MulNoNan", "NextAfter", "NotEqual", "Polygamma", "Pow", "RealDiv",
     "SquaredDifference", "Sub", "TruncateDiv", "TruncateMod", "Xdivy",
     "Xlog1py", "Xlogy", "Zeta", "SelectV2", "ClipByValue",
@@ -116,6 +118,52 @@ def broadcast(op: tf.Operation, tensors: Sequence[tf.Tensor],
 def _broadcasting(op, inputs, forward):
   del forward
   return all_outputs(op, broadcast(op, list(op.inputs), inputs))
+
+
+@register_data_independent("Maximum", "Minimum")
+def _clamped_to_a_constant(op: tf.Operation) -> bool:
+  """Whether integer ``Minimum(a, Maximum(b, x))`` with constants ``a <=
+  b`` (or ``Maximum(b, Minimum(a, x))`` with ``b >= a``) is ``op``: its
+  value is the outer constant whatever ``x`` holds (``tf.math.bincount``'s
+  output size with ``minlength == maxlength``, as ``CategoryEncoding``
+  computes it from the batch's largest token)."""
+  if not op.outputs[0].dtype.is_integer:
+    return False
+  inner_type = "Maximum" if op.type == "Minimum" else "Minimum"
+  for outer in (0, 1):
+    bound, inner = constant(op.inputs[outer]), op.inputs[1 - outer]
+    if bound is None or inner.op.type != inner_type:
+      continue
+    for t in inner.op.inputs:
+      inner_bound = constant(t)
+      if inner_bound is None:
+        continue
+      if op.type == "Minimum" and np.all(bound <= inner_bound):
+        return True
+      if op.type == "Maximum" and np.all(bound >= inner_bound):
+        return True
+  return False
+
+
+@register("Maximum", "Minimum")
+def _maximum_minimum(op, inputs, forward):
+  del forward
+  return all_outputs(op, broadcast(op, list(op.inputs), inputs))
+
+
+@register("DenseBincount")
+def _dense_bincount(op, inputs, forward):
+  """``DenseBincount(x, size, weights)``: a matrix ``x`` is counted row by
+  row; a vector is counted as a whole (over its examples, if it has
+  them)."""
+  x, size, weights = inputs
+  if size is not PUBLIC:
+    return all_outputs(op, mixed(op, "a count of data-dependent size"))
+  if rank(op.inputs[0]) == 2 and isinstance(x, Rows) and x.axis == 0 and (
+      weights is PUBLIC or weights == x):
+    return all_outputs(op, Rows(0, x.group))
+  return all_outputs(op, mixed(op, "a count over the examples' axis",
+                               proven=forward and isinstance(x, Rows)))
 
 
 @register("AddN")

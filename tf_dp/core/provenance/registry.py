@@ -42,6 +42,21 @@ def register(*op_types: str) -> Callable[[Rule], Rule]:
   return decorate
 
 
+_DATA_INDEPENDENT: Dict[str, Callable[[tf.Operation], bool]] = {}
+
+
+def register_data_independent(
+    *op_types: str) -> Callable[[Callable[[tf.Operation], bool]],
+                                Callable[[tf.Operation], bool]]:
+  """Registers a check that an operation's value is the same whatever its
+  data inputs hold (consulted first, even when an input is mixed)."""
+  def decorate(check):
+    for op_type in op_types:
+      _DATA_INDEPENDENT[op_type] = check
+    return check
+  return decorate
+
+
 def known(op_type: str) -> bool:
   """Whether ``op_type`` is on the allowlist."""
   return op_type in _RULES
@@ -51,6 +66,9 @@ def output_labels(op: tf.Operation, inputs: List[Label],
                   forward: bool) -> List[Label]:
   """The labels of ``op``'s outputs (see the module docstring)."""
   if all(label is PUBLIC for label in inputs):
+    return [PUBLIC] * len(op.outputs)
+  check = _DATA_INDEPENDENT.get(op.type)
+  if check is not None and check(op):
     return [PUBLIC] * len(op.outputs)
   mixed = first_mixed(*inputs)
   if mixed is not None:

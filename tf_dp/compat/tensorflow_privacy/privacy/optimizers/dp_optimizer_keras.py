@@ -50,6 +50,7 @@ def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
                   kwargs):
   """A ``tf_dp.DPOptimizer`` around ``keras_optimizer_cls(*args, **kwargs)``."""
   population_size = kwargs.pop("population_size", None)
+  sampling = kwargs.pop("sampling", "shuffled")
   if (isinstance(gradient_accumulation_steps, int)
       and gradient_accumulation_steps > 1 and noise_multiplier):
     warnings.warn(ACCUMULATION_WARNING.format(
@@ -60,7 +61,7 @@ def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
       keras_optimizer_cls(*args, **kwargs), l2_norm_clip=l2_norm_clip,
       noise_multiplier=noise_multiplier, num_microbatches=num_microbatches,
       gradient_accumulation_steps=gradient_accumulation_steps,
-      population_size=population_size)
+      population_size=population_size, sampling=sampling)
   optimizer._tf_dp_convert_on_compile = True  # pylint: disable=protected-access
   _convert_models_on_compile()
   return optimizer
@@ -146,7 +147,9 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
     *args: Passed to ``tf.keras.optimizers.SGD``.
     **kwargs: Passed to ``tf.keras.optimizers.SGD``, except
       ``population_size``: the number of training examples (inferred
-      from the arrays given to ``fit`` when left out).
+      from the arrays given to ``fit`` when left out), and ``sampling``
+      (``tf_dp.DPOptimizer``'s: ``"fixed_order"`` for
+      ``fit(..., shuffle=False)``).
 
   Returns:
     A ``tf_dp.DPOptimizer``; ``tf.keras.Model.compile`` converts the model
