@@ -6,7 +6,7 @@
 # adapter and the Estimator, have fast tests; the slow end-to-end runs train
 # the same tf_dp code as on TF 2.21, whose tf-keras runs Keras 2's path);
 # TF_DP_SLOW_ON_ALL_STACKS=1 runs them there too.
-# Extra arguments go to pytest (e.g. -m "not slow"). Tests marked long
+# Extra arguments go to pytest (e.g. -m "not slow" tests/core). Tests marked long
 # (the corpus's slowest models) run only with TF_DP_LONG=1. The tests run in
 # TF_DP_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
 # reference machine; 0 runs them in this process), a test file per worker.
@@ -24,6 +24,16 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# The user's paths (tests/core, tests/x.py::test_y) select the tests; with
+# none, the whole of tests/ runs. An own -q/-v replaces the default -q.
+targets=(tests)
+quiet=(-q)
+for arg in "$@"; do
+  case "$arg" in
+    -q|-qq|-v|-vv|--quiet|--verbose) quiet=() ;;
+  esac
+  if [ -e "${arg%%::*}" ]; then targets=(); fi
+done
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONHASHSEED=0
 status=0
 bazel_py=""
@@ -58,7 +68,7 @@ for stack in "${stacks[@]}"; do
   share=(--stack-share="$stack")
   [ -n "${TF_DP_FULL_MATRIX:-}" ] && share=()
   times="$(mktemp)"
-  TF_DP_TEST_TIMES="$times" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" "${marks[@]}" "${share[@]}" "$@" tests
+  TF_DP_TEST_TIMES="$times" "$py" -m pytest -p no:cacheprovider "${quiet[@]}" "${workers[@]}" "${marks[@]}" "${share[@]}" "$@" "${targets[@]}"
   rc=$?
   echo "=== stack $stack: test time per file (seconds, summed over workers)"
   "$py" scripts/test_times.py "$times" 12 | sed -n 1,13p

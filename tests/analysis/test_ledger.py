@@ -193,6 +193,12 @@ def test_epsilon_statement_names_the_unit():
   assert "per example" in analysis.epsilon_statement(2.0, 1e-5)
 
 
+def test_epsilon_statement_of_a_ledger_says_what_to_call():
+  with pytest.raises(TypeError, match=r"takes epsilon as a number; got "
+                     r"dict.*compute_epsilon_from_ledger"):
+    analysis.epsilon_statement(ledger([sample()]), delta=1e-5)
+
+
 def test_part_of_a_ledger_export_is_refused():
   """An export is read whole or refused: without its dropped-sample count
   (samples the ledger could not record), or as a correlated-noise run's

@@ -83,7 +83,7 @@ def test_epsilon_reaches_the_loggers_whatever_the_order(K, logger,
 
 
 @pytest.mark.parametrize("K", KERAS)
-def test_budget_stops_before_target_is_exceeded(K):
+def test_budget_stops_before_target_is_exceeded(K, capsys):
   x, y = helpers.make_data("dense", 64)
   model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
   target = 10.0  # one lot costs 2.71 here (fixed-size sampling, q = 1/4).
@@ -92,6 +92,11 @@ def test_budget_stops_before_target_is_exceeded(K):
   lots = len(model.optimizer.ledger.to_dict()["samples"])
   eps = budget.epsilon()
   assert eps <= target and not budget.exceeded
+  # It says so on standard output, with verbose=0 too: a stop is no log.
+  printed = capsys.readouterr().out
+  assert (f"PrivacyBudget stopped training after {lots} lots: the next lot "
+          f"would take epsilon past target_epsilon=10") in printed, printed
+  assert f"(epsilon = {eps:.4g}, delta = 1e-05)-DP per example" in printed
   # One more lot would have exceeded the target.
   more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
       64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="fixed_size")

@@ -21,6 +21,7 @@ format itself (versions 1 and 2, every field's check) is defined in
 
 import json
 import math
+import numbers
 import warnings
 from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
@@ -275,10 +276,27 @@ def epsilon_statement(epsilon: float, delta: float,
                       privacy_unit: str = PrivacyUnit.EXAMPLE) -> str:
   """``(epsilon, delta)`` as one sentence that names what it protects.
 
+  Args:
+    epsilon: A number (e.g. ``compute_epsilon_from_ledger(ledger,
+      delta)[0]``), not a ledger.
+    delta: The delta that epsilon holds at.
+    privacy_unit: ``"example"`` or ``"user"``
+      (``ledger_privacy_unit(ledger)``).
+
+  Raises:
+    TypeError: epsilon or delta is not a number, with the call to make.
+
   Example:
     >>> epsilon_statement(1.25, 1e-5, "user")[:40]
     '(epsilon = 1.25, delta = 1e-05)-DP per u'
   """
+  for name, value in (("epsilon", epsilon), ("delta", delta)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+      raise TypeError(
+          f"epsilon_statement(epsilon, delta, privacy_unit) takes {name} as "
+          f"a number; got {type(value).__name__}. For a ledger: eps = "
+          f"compute_epsilon_from_ledger(ledger, delta)[0]; then "
+          f"epsilon_statement(eps, delta, ledger_privacy_unit(ledger)).")
   unit = PrivacyUnit.check("privacy_unit", privacy_unit)
   whom = ("one user (all their examples)" if unit is PrivacyUnit.USER
           else "one example")

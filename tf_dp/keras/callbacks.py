@@ -170,13 +170,19 @@ class PrivacyBudget(_Callback):
     accountant: ``"pld"`` (privacy loss distributions, the tightest) or
       ``"rdp"``; None means ``"pld"`` unless ``orders`` is given, as in
       ``tf_dp.analysis.compute_epsilon_from_ledger``.
+    verbose: When this callback stops training, it prints why and at
+      which epsilon on standard output at the end of ``fit`` (the reason is
+      also kept in ``stop_reason``). False keeps it in ``stop_reason`` only.
   """
 
   def __init__(self, delta: float, target_epsilon: Optional[float] = None,
                orders: Optional[Iterable[float]] = None,
-               accountant: Optional[str] = None) -> None:
+               accountant: Optional[str] = None,
+               verbose: bool = True) -> None:
     super().__init__()
     self.delta = checks.check_delta("delta", delta)
+    self.verbose = bool(verbose)
+    self.stop_reason: Optional[str] = None
     self.target_epsilon = None if target_epsilon is None else (
         checks.check_epsilon("target_epsilon", target_epsilon,
                              allow_zero=False))
@@ -343,6 +349,7 @@ class PrivacyBudget(_Callback):
     self.ledger  # pylint: disable=pointless-statement
     self._allowed_lots = None
     self._max_lot_examples = None
+    self.stop_reason = None
     if self.target_epsilon is not None:
       self._limit_lots()
 
@@ -361,8 +368,28 @@ class PrivacyBudget(_Callback):
           f"dropped (nothing of it released). Give fit batches of one size "
           f"(the first lots decide the plan), or arrays.", UserWarning)
       self._engine().oversized_lots.assign(0)
+      self.stop_reason = (
+          "a lot held more examples than its plan paid for and was dropped")
     if self._allowed_lots is not None and self._lots() >= self._allowed_lots:
       self.model.stop_training = True
+      if self.stop_reason is None:
+        self.stop_reason = (
+            "the next lot would take epsilon past target_epsilon="
+            f"{self.target_epsilon:g}" if not self.exceeded else
+            "the lots released already exceed target_epsilon="
+            f"{self.target_epsilon:g}")
+
+  def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    del logs
+    if self.stop_reason is None:
+      return
+    message = (
+        f"tf_dp PrivacyBudget stopped training after {self._lots()} lots: "
+        f"{self.stop_reason}. "
+        f"{ledger_accounting.epsilon_statement(self.epsilon(), self.delta, ledger_accounting.ledger_privacy_unit(self.ledger))}.")
+    logging.info(message)
+    if self.verbose:
+      print(message, flush=True)
 
   def on_epoch_end(self, epoch: int,
                    logs: Optional[Dict[str, Any]] = None) -> None:
