@@ -50,6 +50,12 @@ class ShapeValues:
     source = _same_shape_source(t)
     if source is not None and source.shape.rank == t.shape.rank:
       return self.size(source, axis)
+    if t.op.type == "MatMul" and t.value_index == 0 and axis in (0, 1):
+      # [a0, k] x [k, b1] -> [a0, b1] (with the operands' transposes).
+      a, b = t.op.inputs
+      if axis == 0:
+        return self.size(a, 1 if t.op.get_attr("transpose_a") else 0)
+      return self.size(b, 0 if t.op.get_attr("transpose_b") else 1)
     if t.op.type in ("Reshape", "BroadcastTo", "Fill"):
       target = self.value(t.op.inputs[1 if t.op.type != "Fill" else 0])
       if target is not None and len(target) == t.shape.rank:
