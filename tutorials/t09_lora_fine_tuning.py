@@ -106,7 +106,7 @@ def private_fit(weights, lora_rank=None, learning_rate=2e-3):
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       weighted_metrics=["accuracy"],  # Poisson batches pad with weight-0 rows.
       # CI's few steps run faster eagerly than traced (tens of seconds).
-      run_eagerly=QUICK)
+      run_eagerly=False)
   model.fit(tf_dp.data.poisson_sampled_batches(x, y, q, steps), verbose=0)
   eps, _ = tf_dp.analysis.compute_epsilon_from_ledger(model.optimizer.ledger,
                                                       delta)

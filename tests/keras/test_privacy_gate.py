@@ -262,6 +262,34 @@ def test_eager_private_step_is_gated(K):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("K", KERAS)
+def test_eager_steps_trace_once_per_signature(K, monkeypatch):
+  """Eager steps reuse their traced, gated step while the inputs' signature
+  (and the model, loss and trainable variables) stay the same; a batch of
+  another size is traced, and gated, again."""
+  from tf_dp.keras import privacy_gate  # pylint: disable=g-import-not-at-top
+  x, y = _data(0)
+  model = K.Sequential([K.layers.Input((T, K_IN)), K.layers.Flatten(),
+                        K.layers.Dense(4), K.layers.Dense(3)])
+  model = tf_dp.keras.make_private(model)
+  optimizer = _optimizer(K, "auto")
+  calls = []
+  prove = privacy_gate.prove_fast_step
+
+  def counted(*args, **kwargs):
+    calls.append(1)
+    return prove(*args, **kwargs)
+
+  monkeypatch.setattr(privacy_gate, "prove_fast_step", counted)
+  before = helpers.weights(model)
+  for _ in range(3):
+    optimizer.private_step(model, LOSS, x, y)
+  assert len(calls) == 1
+  optimizer.private_step(model, LOSS, x[:5], y[:5])
+  assert len(calls) == 2
+  assert not np.array_equal(before[0], helpers.weights(model)[0])
+
+
 def _token_and_position_model(K):
   """keras.io's text-classification transformer: a position table
   (``Embedding`` of ``arange(maxlen)``, no batch axis) added to every

@@ -23,7 +23,9 @@ Its tracked state (ledger, query global state, budget, DP metrics) is the
 core engine's plus the metrics, so checkpoints keep their layout.
 """
 
+from typing import Any, List
 import warnings
+import weakref
 
 from absl import logging
 import tensorflow as tf
@@ -42,11 +44,29 @@ from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 from tf_dp.keras import privacy_gate
 from tf_dp.keras.fast import clipped_sum as fast_clipping
+from tf_dp.keras.fast import gradient_presence
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 GRADIENTS = lot_engine.GRADIENTS
 METRICS = "metrics"
+
+
+class _EagerStep:
+  """A traced step for eager calls (``DPEngine._eager_step``)."""
+
+  def __init__(self, model, loss_fn, variables) -> None:
+    self.model = model
+    self.loss_fn = loss_fn
+    self.variables = variables
+    self.function: Any = None
+    self.without_gradient: Any = frozenset()
+
+
+# Kept outside the engine, a tf.Module whose attributes would be tracked
+# (and exported); weak keys, so that an engine's steps go with it.
+_EAGER_STEPS: "weakref.WeakKeyDictionary[Any, List[_EagerStep]]" = (
+    weakref.WeakKeyDictionary())
 
 
 class DPEngine(lot_engine.LotEngine):
@@ -248,18 +268,35 @@ class DPEngine(lot_engine.LotEngine):
     variables whose gradient is None (their sums are zeros).
     """
     if tf.executing_eagerly():
+      step = self._eager_step(model, loss_fn)
+      tensors = step.function(x, y, sample_weight)
+      return tuple(tensors) + (step.without_gradient,)
+    return self._traced_batch_sum(model, loss_fn, x, y, sample_weight)
+
+  def _eager_step(self, model, loss_fn) -> "_EagerStep":
+    """The traced step that eager calls run, one per model, loss function
+    and set of trainable variables (an unfrozen layer makes a new one, so
+    the gate runs on what will be computed); it retraces, and the gate
+    runs again, for every new input signature."""
+    variables = tuple(gradient_presence.variable_key(v)
+                      for v in model.trainable_variables)
+    steps = _EAGER_STEPS.setdefault(self, [])
+    for step in steps:
+      if (step.model is model and step.loss_fn is loss_fn
+          and step.variables == variables):
+        return step
+    step = _EagerStep(model, loss_fn, variables)
+
+    def traced(x, y, w):
       # The variables without a gradient are known when tracing (a Python
       # set): kept aside, the function returns tensors only.
-      known = {}
+      *tensors, step.without_gradient = self._traced_batch_sum(
+          model, loss_fn, x, y, w)
+      return tensors
 
-      def traced(x, y, w):
-        *tensors, known["without_gradient"] = self._traced_batch_sum(
-            model, loss_fn, x, y, w)
-        return tensors
-
-      tensors = tf.function(traced, autograph=False)(x, y, sample_weight)
-      return tuple(tensors) + (known["without_gradient"],)
-    return self._traced_batch_sum(model, loss_fn, x, y, sample_weight)
+    step.function = tf.function(traced, autograph=False)
+    steps[:] = steps[-3:] + [step]  # A few models per optimizer at most.
+    return step
 
   def _traced_batch_sum(self, model, loss_fn, x, y, sample_weight):
     """``clipped_batch_sum`` inside a traced function."""

@@ -136,7 +136,23 @@ def per_example_loss_from(loss, keras_backend):
   Privacy contract: entry ``i`` is ``loss`` evaluated on a batch holding
   example ``i`` alone (averaged over its non-batch axes), times its sample
   weight: it reads no other example, whatever ``loss`` does with its batch.
+  The same ``loss`` (a name, or the same object) gives the same function,
+  so that eager steps reuse their traced step.
   """
+  for given, backend, made in _MADE:
+    if (given == loss if isinstance(loss, str) else given is loss) and (
+        backend is keras_backend):
+      return made
+  made = _per_example_loss_from(loss, keras_backend)
+  _MADE[:] = _MADE[-15:] + [(loss, keras_backend, made)]
+  return made
+
+
+# The last functions per_example_loss_from made: (loss, backend, function).
+_MADE: list = []
+
+
+def _per_example_loss_from(loss, keras_backend):
   if isinstance(loss, str):
     loss = keras_backend.get_loss(loss)
   if not callable(loss):
