@@ -178,14 +178,33 @@ def _off_batch_model(K, layout, seq=8, width=3):
       K.initializers.GlorotUniform(seed=2)))(h))
 
 
-def _off_batch_step(K, layout, x, y, query, params):
+def _off_batch_step(K, layout):
+  """``(model, fast, exact)`` for ``_off_batch_model`` on a fixed batch of
+  8 (noise 0, clip 0.01): ``fast()`` is the fast path's clipped sum (traced
+  anew at each call), ``exact()`` the exact path's."""
+  from tf_dp.core import vectorized  # pylint: disable=g-import-not-at-top
+  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
   from tf_dp.keras import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  from tf_dp.keras import per_example  # pylint: disable=g-import-not-at-top
   from tf_dp.keras.fast import clipped_sum  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
+  y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
+  query = GaussianSumQuery(0.01, 0.0)
+  params = query.derive_sample_params(query.initial_global_state())
   model = _off_batch_model(K, layout)
   model.compile(loss=K.losses.MeanSquaredError())
   loss_fn = losses_lib.per_example_loss_fn(model)
-  return model, loss_fn, lambda: clipped_sum.clipped_batch_sum(
-      model, loss_fn, x, y, None, query, params)
+
+  def fast():
+    return clipped_sum.clipped_batch_sum(model, loss_fn, x, y, None, query,
+                                         params)[0]
+
+  def exact():
+    grads = per_example.record_gradients(model, loss_fn, x, y, None)[0]
+    return vectorized.clipped_sum(query, params, grads)
+
+  return model, fast, exact
 
 
 @pytest.mark.parametrize("K", KERAS)
@@ -196,25 +215,14 @@ def test_a_layer_on_a_public_table_is_clipped_per_example(K):
   read as 8 records each summing every example's terms: one example moved
   the clipped sum by 3.0 x 2C). Frozen, then unfrozen: the second trace
   taps it, no stale answer."""
-  from tf_dp.core import vectorized  # pylint: disable=g-import-not-at-top
-  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras import per_example  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(0)
-  x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
-  y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
-  query = GaussianSumQuery(0.01, 0.0)
-  params = query.derive_sample_params(query.initial_global_state())
-  model, loss_fn, step = _off_batch_step(K, "positions", x, y, query,
-                                         params)
+  model, fast, exact = _off_batch_step(K, "positions")
   off_batch = model.get_layer("off_batch").proj
   off_batch.trainable = False  # Frozen: not tapped, the step runs.
-  assert len(step()[0]) == len(model.trainable_variables)
+  assert len(fast()) == len(model.trainable_variables)
   off_batch.trainable = True
-  fast = step()[0]
-  assert len(fast) == len(model.trainable_variables)
-  grads = per_example.record_gradients(model, loss_fn, x, y, None)[0]
-  exact = vectorized.clipped_sum(query, params, grads)
-  for a, b in zip(fast, exact):
+  got = fast()
+  assert len(got) == len(model.trainable_variables)
+  for a, b in zip(got, exact()):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
@@ -224,20 +232,8 @@ def test_a_layer_on_time_major_rows_takes_the_per_layer_fallback(K):
   1, it is computed by the per-layer fallback on each example's rows; the
   clipped sum equals the exact path's (before the gate, its fast rule read
   time steps as records and one example moved the sum by 8.0 C)."""
-  from tf_dp.core import vectorized  # pylint: disable=g-import-not-at-top
-  from tf_dp.dp_query.gaussian_query import GaussianSumQuery  # pylint: disable=g-import-not-at-top
-  from tf_dp.keras import per_example  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(0)
-  x = tf.constant(rng.normal(size=(8, 8, 3)).astype("float32"))
-  y = tf.constant(rng.normal(size=(8, 2)).astype("float32"))
-  query = GaussianSumQuery(0.01, 0.0)
-  params = query.derive_sample_params(query.initial_global_state())
-  model, loss_fn, step = _off_batch_step(K, "time_major", x, y, query,
-                                         params)
-  fast = step()[0]
-  grads = per_example.record_gradients(model, loss_fn, x, y, None)[0]
-  exact = vectorized.clipped_sum(query, params, grads)
-  for a, b in zip(fast, exact):
+  _, fast, exact = _off_batch_step(K, "time_major")
+  for a, b in zip(fast(), exact()):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
