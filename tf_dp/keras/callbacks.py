@@ -379,6 +379,10 @@ class PrivacyBudget(_Callback):
             "the lots released already exceed target_epsilon="
             f"{self.target_epsilon:g}")
 
+  def _statement(self, eps):
+    return ledger_accounting.epsilon_statement(
+        eps, self.delta, ledger_accounting.ledger_privacy_unit(self.ledger))
+
   def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
     del logs
     if self.stop_reason is None:
@@ -386,7 +390,7 @@ class PrivacyBudget(_Callback):
     message = (
         f"tf_dp PrivacyBudget stopped training after {self._lots()} lots: "
         f"{self.stop_reason}. "
-        f"{ledger_accounting.epsilon_statement(self.epsilon(), self.delta, ledger_accounting.ledger_privacy_unit(self.ledger))}.")
+        f"{self._statement(self.epsilon())}.")
     logging.info(message)
     if self.verbose:
       print(message, flush=True)
@@ -396,8 +400,7 @@ class PrivacyBudget(_Callback):
     del epoch
     eps = self.epsilon()
     self.epsilons.append(eps)
-    logging.info("tf_dp: %s", ledger_accounting.epsilon_statement(
-        eps, self.delta, ledger_accounting.ledger_privacy_unit(self.ledger)))
+    logging.info("tf_dp: %s", self._statement(eps))
     if logs is not None:
       logs["epsilon"] = eps
     if self.target_epsilon is not None:
