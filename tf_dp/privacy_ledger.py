@@ -461,8 +461,10 @@ def ledger_dict_from_buffers(
   """Plain-data ledger from the raw buffers (also read from checkpoints).
 
   Args:
-    samples, queries: The sample and query buffers (numpy arrays).
-    n_samples, n_queries: How many rows of each were written.
+    samples: The sample buffer (a numpy array).
+    queries: The query buffer (a numpy array).
+    n_samples: How many rows of ``samples`` were written.
+    n_queries: How many rows of ``queries`` were written.
     dropped_samples: Samples the ledger could not record.
     ledger_format: ``tf_dp.analysis.ledger_schema.FORMAT_V1`` (default: one
       entry per sample, for code that indexes ``["samples"]``) or

@@ -48,7 +48,11 @@ def compute_noise_multiplier(n: int, batch_size: int, target_epsilon: float,
   by the chosen accountant.
 
   Args:
-    n, batch_size, epochs, delta, sampling: As in ``compute_dp_sgd_privacy``.
+    n: As in ``compute_dp_sgd_privacy``.
+    batch_size: As in ``compute_dp_sgd_privacy``.
+    epochs: As in ``compute_dp_sgd_privacy``.
+    delta: As in ``compute_dp_sgd_privacy``.
+    sampling: As in ``compute_dp_sgd_privacy``.
     target_epsilon: The epsilon to meet, > 0.
     conversion: RDP only (see ``compute_dp_sgd_privacy``).
     tolerance: Relative precision of the answer, in (0, 1).

@@ -28,7 +28,8 @@ def fixed_size_sampled_batches(x: Any, y: Any, batch_size: int, num_steps: int,
   dataset; the lot is split into ``batches_per_lot`` batches.
 
   Args:
-    x, y: In-memory arrays (or nests of arrays) with ``n`` examples.
+    x: In-memory inputs (an array or a nest of arrays) of ``n`` examples.
+    y: Their labels (an array or a nest of arrays), one per example.
     batch_size: Examples per batch.
     num_steps: Number of lots.
     seed: None (OS entropy) or an int for reproducible tests.

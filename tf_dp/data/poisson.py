@@ -49,7 +49,8 @@ def poisson_sampled_batches(x: Any, y: Any, sampling_probability: float,
   sampling the ledger records).
 
   Args:
-    x, y: In-memory arrays (or nests of arrays) with ``n`` examples.
+    x: In-memory inputs (an array or a nest of arrays) of ``n`` examples.
+    y: Their labels (an array or a nest of arrays), one per example.
     sampling_probability: q in (0, 1], the probability per lot.
     num_steps: Number of lots; ``round(epochs / q)`` for epochs.
     max_batch_size: Padded size of a lot; by default mean + 8 sd.

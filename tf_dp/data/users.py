@@ -139,7 +139,8 @@ def poisson_sampled_users(x: Any, y: Any, user_ids: Any,
   user.
 
   Args:
-    x, y: In-memory arrays (or nests of arrays) with one row per example.
+    x: In-memory inputs (an array or a nest of arrays), one row per example.
+    y: Their labels (an array or a nest of arrays), one row per example.
     user_ids: One user id per example (a 1-D array: ints or strings).
     sampling_probability: q in (0, 1], the probability per user and lot.
     num_steps: Number of lots; ``round(epochs / q)`` for epochs (over
@@ -192,7 +193,8 @@ def fixed_size_sampled_users(x: Any, y: Any, user_ids: Any,
   population_size=<users>)``: epsilon is per user (replace-one neighbours).
 
   Args:
-    x, y: In-memory arrays (or nests of arrays) with one row per example.
+    x: In-memory inputs (an array or a nest of arrays), one row per example.
+    y: Their labels (an array or a nest of arrays), one row per example.
     user_ids: One user id per example (a 1-D array: ints or strings).
     users_per_batch: Users per batch (each takes k rows).
     num_steps: Number of lots.

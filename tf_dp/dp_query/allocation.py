@@ -97,7 +97,8 @@ def build_query(template: Nest, l2_norm_clip: float, noise_multiplier: float,
       (module docstring).
     noise: ``"proportional"`` or ``"dimensionality_adjusted"``.
     denominator: If given, each query is a ``NormalizedQuery`` by it.
-    noise_seed, secure_mode: As ``GaussianSumQuery``'s.
+    noise_seed: As ``GaussianSumQuery``'s.
+    secure_mode: As ``GaussianSumQuery``'s.
 
   Returns:
     A ``GaussianSumQuery`` (flat) or ``NestedQuery`` of them, each wrapped in

@@ -87,8 +87,10 @@ def loss_threshold_attack(model: Any, members: Tuple[Any, Any],
     nonmembers: ``(x, y)`` of examples from the same distribution it never
       saw (a held-out split).
     delta: the δ of the ε lower bound (the training run's δ).
-    from_logits, batch_size: as in ``membership_scores``.
-    fprs, alpha: as in ``tf_dp.analysis.membership_inference_report``.
+    from_logits: as in ``membership_scores``.
+    batch_size: as in ``membership_scores``.
+    fprs: as in ``tf_dp.analysis.membership_inference_report``.
+    alpha: as in ``tf_dp.analysis.membership_inference_report``.
 
   Returns:
     A ``tf_dp.analysis.MembershipInferenceReport``.
@@ -128,12 +130,14 @@ def train_shadow_models(train_model: Callable[[Any, Any], Any], x: Any,
     train_model: ``train_model(x_half, y_half)`` builds, compiles and fits
       a fresh model with the attacked model's recipe (architecture,
       optimizer, epochs, and DP settings if it was private) and returns it.
-    x, y: the pool: every candidate whose membership is to be inferred
-      (numpy arrays indexed by example).
+    x: the pool's inputs: every candidate whose membership is to be
+      inferred (numpy arrays indexed by example).
+    y: the pool's labels.
     num_shadow_models: how many (even: each example is in exactly half;
       16 or more for the online attack, more for per-example variances).
     seed: the draw of the halves (``tf_dp.analysis.lira.random_halves``).
-    from_logits, batch_size: as in ``membership_scores``.
+    from_logits: as in ``membership_scores``.
+    batch_size: as in ``membership_scores``.
 
   Returns:
     ``(shadow_scores, shadow_membership)``: φ of every candidate on every
@@ -164,10 +168,15 @@ def lira_attack(model: Any, x: Any, y: Any, is_member: Any,
   Args:
     model: the attacked classifier, trained on the candidates where
       ``is_member`` (bool [n]) is True.
-    x, y: the pool the shadows were trained on (``train_shadow_models``).
-    shadow_scores, shadow_membership: what ``train_shadow_models`` returns.
-    delta, fprs, alpha: as in ``loss_threshold_attack``.
-    online, fix_variance: see ``tf_dp.analysis.lira``.
+    x: the pool's inputs, as given to ``train_shadow_models``.
+    y: the pool's labels.
+    shadow_scores: the scores ``train_shadow_models`` returns.
+    shadow_membership: the membership ``train_shadow_models`` returns.
+    delta: as in ``loss_threshold_attack``.
+    fprs: as in ``loss_threshold_attack``.
+    alpha: as in ``loss_threshold_attack``.
+    online: see ``tf_dp.analysis.lira``.
+    fix_variance: see ``tf_dp.analysis.lira``.
   """
   _, phi = membership_scores(model, x, y, from_logits=from_logits,
                              batch_size=batch_size)

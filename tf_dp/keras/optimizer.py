@@ -95,10 +95,11 @@ class DPOptimizer(metaclass=_DPOptimizerType):
       amplification (``tf_dp.analysis.fixed_order``).
     sampling_probability: q for ``"poisson"``: the probability that an
       example is in a lot (of ``gradient_accumulation_steps`` batches).
-    clipping, noise_allocation: Strategies of McMahan & Andrew (2018) when no
-      dp_query is given: ``"flat"``, ``"per_layer"`` or
-      ``"dimensionality_adjusted"``; ``"proportional"`` or
+    clipping: How the clip is allocated across layers when no dp_query is
+      given (McMahan & Andrew 2018): ``"flat"``, ``"per_layer"`` or
       ``"dimensionality_adjusted"``.
+    noise_allocation: How the noise is allocated across layers when no
+      dp_query is given: ``"proportional"`` or ``"dimensionality_adjusted"``.
     max_lots: Ledger capacity (number of lots in the whole run).
     per_example_method: ``"auto"`` (default): per-record norms from one
       batched pass with ghost norms and per-layer rules

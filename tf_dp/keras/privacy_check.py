@@ -54,8 +54,9 @@ def check_privacy(model: Any, x: Any, y: Any,
   Args:
     model: A Keras model converted with ``tf_dp.keras.make_private`` and
       compiled with a loss.
-    x, y: A batch (arrays or tensors, nests allowed); only its shapes and
-      dtypes are used.
+    x: A batch's inputs (arrays or tensors, nests allowed); only their
+      shapes and dtypes are used.
+    y: The batch's labels (shapes and dtypes only).
     sample_weight: Optional per-example weights (shapes only).
 
   Returns:

@@ -168,8 +168,9 @@ def make_dpd_optimizer(population_size, batch_size, epochs, l2_norm_clip,
       iteration (``"step"``).
     noise_multiplier: sigma (noise stddev / 2C). Or give ``epsilon`` and
       ``delta`` and sigma is calibrated by ``method``.
-    epsilon, delta: Target (epsilon, delta); delta alone makes ``info`` carry
-      the epsilon that ``method`` claims for the given sigma.
+    epsilon: Target epsilon (with ``delta``).
+    delta: Target delta; given alone, ``info`` carries the epsilon that
+      ``method`` claims for the given sigma.
     method: ``"rdp"`` (default: tf_dp's own accountant for the run
       performed; despite the name, its default PLD accountant, which
       ``compute_epsilon_from_ledger`` also uses), ``"zcdp"`` or ``"ac"``
