@@ -97,6 +97,7 @@ def test_budget_stops_before_target_is_exceeded(K, capsys):
   assert (f"PrivacyBudget stopped training after {lots} lots: the next lot "
           f"would take epsilon past target_epsilon=10") in printed, printed
   assert f"(epsilon = {eps:.4g}, delta = 1e-05)-DP per example" in printed
+  assert ".." not in printed   # one sentence, one full stop
   # One more lot would have exceeded the target.
   more, _ = tf_dp.analysis.compute_dp_sgd_privacy(
       64, 16, 2.0, (lots + 1) * 16 / 64, 1e-5, sampling="fixed_size")

@@ -390,7 +390,7 @@ class PrivacyBudget(_Callback):
     message = (
         f"tf_dp PrivacyBudget stopped training after {self._lots()} lots: "
         f"{self.stop_reason}. "
-        f"{self._statement(self.epsilon())}.")
+        f"{self._statement(self.epsilon())}")
     logging.info(message)
     if self.verbose:
       print(message, flush=True)
