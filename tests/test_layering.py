@@ -1,5 +1,5 @@
 """tf_dp's layers, lowest first: a module imports only from its own layer
-and the layers below it (README, "How the code is organised").
+and the layers below it (docs/development.md, "How the code is organised").
 
 The import graph is read from the source with ``ast`` (every ``import``,
 also inside functions), so a lazy import counts like any other.

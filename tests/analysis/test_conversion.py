@@ -46,7 +46,7 @@ TF_PRIVACY_TABLE = [(1.3, 15, 1.19, 0.955), (1.1, 60, 3.01, 2.597),
 @pytest.mark.parametrize("sigma,epochs,published,library", TF_PRIVACY_TABLE)
 def test_tf_privacy_table_labels_are_the_classic_conversion(
     sigma, epochs, published, library):
-  """README, Benchmarks: the published labels are the classic conversion (at
+  """docs/benchmarks.md: the published labels are the classic conversion (at
   TF Privacy's coarser orders then, hence 0.03), today's are the tight one."""
   steps = math.ceil(epochs * 60000 / 256)
   q = 256 / 60000

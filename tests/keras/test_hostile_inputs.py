@@ -1,6 +1,6 @@
 """Hostile and bad inputs: each gets a defined, tested behaviour.
 
-The table in the README's reliability section lists these cases.
+The table of docs/privacy/reliability.md lists these cases.
 """
 
 import math

@@ -14,8 +14,8 @@ before its children's). Files then hold zeros.
 A save resets the running averages that Keras reports, as Keras does at the
 start of every epoch: one in the middle of an epoch (``ModelCheckpoint``
 with an integer ``save_freq``) makes the rest of the epoch's logs average
-the batches after it. The logs themselves are not private (README, threat
-model); the private metrics are the optimizer's noised ``dp_*`` ones.
+the batches after it. The logs themselves are not private (the threat
+model, docs/privacy/threat_model.md); the private metrics are the optimizer's noised ``dp_*`` ones.
 """
 
 import types
