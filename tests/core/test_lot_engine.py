@@ -2,6 +2,8 @@
 once per lot, one ledger sample per lot, the budget guard, the replica
 merge, and an open lot that no checkpoint holds."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -208,6 +210,7 @@ def test_a_lot_of_one_batch_keeps_no_state_between_steps():
   assert ([v.shape.as_list() for v in tf.nest.flatten(kept)]
           == [list(s) for s in SHAPES])
   engine = _engine()
-  engine.config.gradient_accumulation_steps = 2
+  engine.config = dataclasses.replace(engine.config,
+                                      gradient_accumulation_steps=2)
   with pytest.raises(ValueError, match="gradient_accumulation_steps"):
     _add(engine, _record_gradients(3, 0), [])

@@ -45,14 +45,17 @@ def _averages(query: Any) -> bool:
   return False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class DPConfig:
   """What DP-SGD does; see ``tf_dp.DPOptimizer`` for the arguments.
 
   Privacy contract: a configuration only describes the step (what is
   clipped, the noise, the lots, what the ledger records); it is validated
   here, and an invalid value raises, naming the argument and the fix,
-  before any DP state exists.
+  before any DP state exists. It is frozen: a changed configuration is a
+  new one (``dataclasses.replace``, validated again), and what is learned
+  at run time (an n inferred from ``fit``'s arrays) lives in the engine
+  (``LotEngine.population_size``).
   """
   l2_norm_clip: Optional[float]
   noise_multiplier: Optional[float]
@@ -61,7 +64,8 @@ class DPConfig:
   dp_query: Any = None
   ledger: Optional[PrivacyLedger] = None
   population_size: Optional[int] = None
-  # True only while the fit that inferred population_size runs.
+  # Always False: an inferred n lives in the engine, never here. Accepted
+  # (and cleared with population_size) for configs saved with it set.
   population_size_inferred: bool = False
   sampling: Sampling = Sampling.SHUFFLED
   sampling_probability: Optional[float] = None
@@ -81,7 +85,7 @@ class DPConfig:
     if self.population_size_inferred:
       # An n inferred from a fit's arrays belongs to that fit: a config
       # rebuilt from it (a saved one) does not know n.
-      self.population_size, self.population_size_inferred = None, False
+      self._set(population_size=None, population_size_inferred=False)
     if self.dp_query is not None and not isinstance(self.dp_query, DPQuery):
       raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
                       f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
@@ -102,26 +106,26 @@ class DPConfig:
                        "query with tf_dp.build_query(..., secure_mode=True) "
                        "and pass it as dp_query instead.")
     if self.dp_query is None:
-      self.l2_norm_clip = checks.check_positive(
+      self._set(l2_norm_clip=checks.check_positive(
           "l2_norm_clip", self.l2_norm_clip, " Typical values are 0.1 to 10: "
-          "the median per-example gradient norm is a good start.")
-      self.noise_multiplier = checks.check_non_negative(
+          "the median per-example gradient norm is a good start."))
+      self._set(noise_multiplier=checks.check_non_negative(
           "noise_multiplier", self.noise_multiplier, " Use tf_dp.analysis."
-          "compute_noise_multiplier to pick one for a target epsilon.")
+          "compute_noise_multiplier to pick one for a target epsilon."))
       if self.noise_multiplier == 0:
         warnings.warn("noise_multiplier=0 adds no noise: the ledger will "
                       "report epsilon = inf.", UserWarning, stacklevel=3)
     if self.num_microbatches is not None:
-      self.num_microbatches = checks.check_positive_int(
-          "num_microbatches", self.num_microbatches)
-    self.gradient_accumulation_steps = checks.check_positive_int(
-        "gradient_accumulation_steps", self.gradient_accumulation_steps)
+      self._set(num_microbatches=checks.check_positive_int(
+          "num_microbatches", self.num_microbatches))
+    self._set(gradient_accumulation_steps=checks.check_positive_int(
+        "gradient_accumulation_steps", self.gradient_accumulation_steps))
     if self.metrics_noise_stddev is not None:
-      self.metrics_noise_stddev = checks.check_non_negative(
-          "metrics_noise_stddev", self.metrics_noise_stddev)
+      self._set(metrics_noise_stddev=checks.check_non_negative(
+          "metrics_noise_stddev", self.metrics_noise_stddev))
     checks.check_choice("per_example_method", self.per_example_method,
                         PER_EXAMPLE_METHODS)
-    self.sampling = Sampling.check("sampling", self.sampling)
+    self._set(sampling=Sampling.check("sampling", self.sampling))
     self._check_noise_strategy()
     self._check_privacy_unit()
     if self.ledger is not None:
@@ -133,9 +137,10 @@ class DPConfig:
       raise ValueError(f"population_size is required here (sampling="
                        f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
     if self.population_size is not None:
-      self.population_size = checks.check_positive_int(
+      self._set(population_size=checks.check_positive_int(
           "population_size", self.population_size, " It is the number of "
-          "training examples: DPOptimizer(..., population_size=len(x_train)).")
+          "training examples: DPOptimizer(..., "
+          "population_size=len(x_train))."))
     if self.sampling is Sampling.POISSON:
       if self.sampling_probability is None or not (
           0 < self.sampling_probability <= 1):
@@ -150,21 +155,27 @@ class DPConfig:
             "Poisson-sampled examples do not form fixed microbatches. Use "
             "sampling='fixed_size' with microbatches.")
 
+  def _set(self, **values: Any) -> None:
+    """Sets normalised values while validating (the instance is frozen)."""
+    for name, value in values.items():
+      object.__setattr__(self, name, value)
+
   def _check_noise_strategy(self):
     """Validates ``noise_strategy`` (a ``matrix_factorization.Strategy`` or
     its ``strategy_to_dict`` form) and what it cannot be combined with."""
     if self.noise_strategy is None:
       return
     if isinstance(self.noise_strategy, dict):
-      self.noise_strategy = accounting.strategy_from_dict(self.noise_strategy)
+      self._set(noise_strategy=accounting.strategy_from_dict(
+          self.noise_strategy))
     if not isinstance(self.noise_strategy, mf.Strategy):
       raise TypeError(
           f"noise_strategy must be a tf_dp.analysis.matrix_factorization."
           f"Strategy (banded_strategy(steps, bands) or tree_strategy(steps)); "
           f"got {self.noise_strategy!r}.")
-    self.max_passes = checks.check_positive_int(
+    self._set(max_passes=checks.check_positive_int(
         "max_passes", self.max_passes,
-        " It is the most passes over the data (epochs) the run may make.")
+        " It is the most passes over the data (epochs) the run may make."))
     refused = {
         "dp_query": self.dp_query is not None,
         "ledger": self.ledger is not None,
@@ -190,7 +201,8 @@ class DPConfig:
     lots drawn over users (Poisson or fixed-size, from
     ``tf_dp.data.poisson_sampled_users`` / ``fixed_size_sampled_users``),
     each user's ``max_examples_per_user`` rows as one record."""
-    self.privacy_unit = PrivacyUnit.check("privacy_unit", self.privacy_unit)
+    self._set(privacy_unit=PrivacyUnit.check("privacy_unit",
+                                             self.privacy_unit))
     k = self.max_examples_per_user
     if self.privacy_unit is PrivacyUnit.EXAMPLE:
       if k is not None:
@@ -237,9 +249,9 @@ class DPConfig:
           f"population_size={self.population_size!r} but the given ledger "
           f"records n = {ledger_n}. Pass the ledger alone (its n is used) or "
           f"a ledger built with PrivacyLedger({self.population_size}, ...).")
-    self.population_size = ledger_n
+    self._set(population_size=ledger_n)
     if self.sampling is Sampling.SHUFFLED:
-      self.sampling = ledger.sampling
+      self._set(sampling=ledger.sampling)
     elif self.sampling != ledger.sampling:
       raise SamplingMismatchError(
           f"sampling={self.sampling!r} but the given ledger was built with "
@@ -247,7 +259,8 @@ class DPConfig:
           f"really drawn with to both, or leave sampling out to use the "
           f"ledger's.")
     if self.sampling is Sampling.POISSON and self.sampling_probability is None:
-      self.sampling_probability = float(ledger.sampling_probability.numpy())
+      self._set(sampling_probability=float(
+          ledger.sampling_probability.numpy()))
     if ledger.privacy_unit != self.privacy_unit:
       raise SamplingMismatchError(
           f"privacy_unit={self.privacy_unit!r} but the given ledger was built "
@@ -264,10 +277,8 @@ class DPConfig:
 
   def to_dict(self) -> Dict[str, Any]:
     """The arguments of an equal configuration (without ``dp_query`` and
-    ``ledger``); an n inferred for a running ``fit`` is left out."""
+    ``ledger``)."""
     out = dataclasses.asdict(self)
-    if out["population_size_inferred"]:
-      out["population_size"], out["population_size_inferred"] = None, False
     out["sampling"] = self.sampling.value
     if self.noise_strategy is not None:
       out["noise_strategy"] = accounting.strategy_to_dict(self.noise_strategy)

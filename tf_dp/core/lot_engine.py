@@ -109,6 +109,9 @@ class LotEngine(tf.Module):
     # The most examples the front end expects a lot of its input to hold
     # (None if unknown), for a PrivacyBudget's plan.
     self.expected_lot_examples = None
+    # n learned at run time when the configuration has none (a Keras fit's
+    # arrays), for that run only: the configuration is never changed.
+    self.inferred_population_size: Optional[int] = None
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     """The tracked state: what any TF writer may put in a file.
@@ -281,6 +284,14 @@ class LotEngine(tf.Module):
       ledger = self.config.dp_query.ledger
     return int(ledger.population_size.numpy())
 
+  @property
+  def population_size(self) -> Optional[int]:
+    """n: the configuration's, else the one inferred for the running
+    ``fit`` (``inferred_population_size``), else None (unknown)."""
+    if self.config.population_size is not None:
+      return self.config.population_size
+    return self.inferred_population_size
+
   def require_population_size(self) -> None:
     """Raises unless n, which every ledger sample records, is known.
 
@@ -289,7 +300,7 @@ class LotEngine(tf.Module):
         inferred from ``fit``'s arrays, and is not): no lot can be
         accounted without it.
     """
-    if self.config.population_size is None:
+    if self.population_size is None:
       raise PrivacyError("population_size is unknown. " +
                        config_lib.POPULATION_SIZE_REQUIRED)
 

@@ -274,9 +274,9 @@ class PrivacyBudget(_Callback):
     if (config.dp_query is not None or config.noise_multiplier is None
         or not engine.noises_gradients_only  # None: not yet known.
         or config.num_microbatches is not None
-        or config.population_size is None):
+        or engine.population_size is None):
       return None
-    n = int(config.population_size)
+    n = int(engine.population_size)
     lot = None  # A Poisson lot's event does not depend on its size.
     if config.sampling != Sampling.POISSON:
       lot = engine.expected_lot_examples

@@ -105,7 +105,7 @@ class DPEngine(lot_engine.LotEngine):
         smaller than ``examples``.
     """
     cfg = self.config
-    if cfg.population_size is None or cfg.population_size_inferred:
+    if cfg.population_size is None:
       logging.info(
           "tf_dp: population_size inferred from fit's arrays: n = %d "
           "training examples. The ledger accounts the shuffled batches "
@@ -113,8 +113,7 @@ class DPEngine(lot_engine.LotEngine):
           "neighbours), so its epsilon (tf_dp.analysis."
           "compute_epsilon_from_ledger) is larger than a Poisson-sampling "
           "epsilon such as TF Privacy's tutorials print.", examples)
-      cfg.population_size = int(examples)
-      cfg.population_size_inferred = True
+      self.inferred_population_size = int(examples)
       self.apply_inferred_population_size()
       return True
     if (examples > cfg.population_size
@@ -142,19 +141,16 @@ class DPEngine(lot_engine.LotEngine):
     """Ends the life of an n inferred by ``infer_population_size``: n is
     unknown again until the next ``fit`` on arrays (the ledger keeps the
     samples recorded with it)."""
-    cfg = self.config
-    if cfg.population_size_inferred:
-      cfg.population_size = None
-      cfg.population_size_inferred = False
+    self.inferred_population_size = None
 
   def apply_inferred_population_size(self):
     """Sets the ledger's n to the n inferred from ``fit`` (after a loaded
     ledger overwrote it)."""
-    cfg = self.config
-    if not cfg.population_size_inferred:
+    n = self.inferred_population_size
+    if n is None:
       return
-    if float(self.ledger.population_size.numpy()) != cfg.population_size:
-      self.ledger.set_sample_size(population_size=cfg.population_size)
+    if float(self.ledger.population_size.numpy()) != n:
+      self.ledger.set_sample_size(population_size=n)
 
   @property
   def noises_gradients_only(self):
