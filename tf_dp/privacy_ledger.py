@@ -31,6 +31,7 @@ from tf_dp.dp_query import dp_query
 from tf_dp.dp_query import events as events_lib
 from tf_dp.dp_query.dp_query import Nest
 from tf_dp.errors import LedgerFormatError
+from tf_dp.errors import PrivacyError
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
@@ -294,7 +295,7 @@ class PrivacyLedger(tf.Module):
 
     Raises:
       PrivacyError: for a CorrelatedNoiseEvent without an attached ledger.
-      TypeError: if the sample also holds Gaussian sum queries (their
+      PrivacyError: if the sample also holds Gaussian sum queries (their
         composition with the correlated record is not accounted).
     """
     leaves = [e for e in tf.nest.flatten(event)
@@ -307,7 +308,7 @@ class PrivacyLedger(tf.Module):
         lambda e: events_lib.NoOpEvent() if isinstance(
             e, events_lib.CorrelatedNoiseEvent) else e, event)
     if events_lib.flatten_events(rest) or len(leaves) != 1:
-      raise TypeError(
+      raise PrivacyError(
           "A sample with correlated noise must release nothing else (no "
           "private metrics, no DP batch-norm statistics): the composition "
           "of a correlated-noise run with independent Gaussian queries is "
@@ -339,9 +340,8 @@ class PrivacyLedger(tf.Module):
     """Overwrites the ledger with ``state`` (an ``export_buffers`` dict).
 
     Raises:
-      LedgerFormatError: naming the missing key.
-      ValueError: if the state holds more rows
-        than this ledger has room for (rebuild it with a larger
+      LedgerFormatError: naming the missing key, or if the state holds more
+        rows than this ledger has room for (rebuild it with a larger
         ``max_samples`` / ``max_queries_per_sample``).
     """
     missing = [k for k in BUFFER_KEYS if k not in state]
@@ -354,7 +354,7 @@ class PrivacyLedger(tf.Module):
       buffer = variables[key]
       count = int(state[count_key])
       if count > buffer.shape[0]:
-        raise ValueError(
+        raise LedgerFormatError(
             f"The state holds {count} rows in {key} but this ledger has "
             f"room for {buffer.shape[0]}. Rebuild the PrivacyLedger with a "
             f"larger max_samples (or max_queries_per_sample).")

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting as accounting
 from tf_dp.analysis import matrix_factorization as mf
+from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
@@ -102,7 +103,7 @@ class DPConfig:
       raise ValueError(f"secure_mode must be True or False; got "
                        f"{self.secure_mode!r}.")
     if self.dp_query is not None and self.secure_mode:
-      raise ValueError("secure_mode=True with a custom dp_query: build the "
+      raise PrivacyError("secure_mode=True with a custom dp_query: build the "
                        "query with tf_dp.build_query(..., secure_mode=True) "
                        "and pass it as dp_query instead.")
     if self.dp_query is None:
@@ -134,7 +135,7 @@ class DPConfig:
                         f"{self.ledger!r}.")
       self._take_unset_values_from(self.ledger)
     if self.population_size is None and not self.population_size_deferred():
-      raise ValueError(f"population_size is required here (sampling="
+      raise PrivacyError(f"population_size is required here (sampling="
                        f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
     if self.population_size is not None:
       self._set(population_size=checks.check_positive_int(
@@ -150,7 +151,7 @@ class DPConfig:
             f"{self.sampling_probability!r}.")
       if self.num_microbatches is not None and (
           self.privacy_unit is PrivacyUnit.EXAMPLE):
-        raise ValueError(
+        raise PrivacyError(
             "num_microbatches cannot be combined with sampling='poisson': "
             "Poisson-sampled examples do not form fixed microbatches. Use "
             "sampling='fixed_size' with microbatches.")
@@ -186,7 +187,7 @@ class DPConfig:
         "sampling": self.sampling is not Sampling.SHUFFLED}
     bad = [name for name, is_set in refused.items() if is_set]
     if bad:
-      raise ValueError(
+      raise PrivacyError(
           f"noise_strategy (correlated noise across lots) takes one flat "
           f"clip and noise multiplier, batches in a fixed order "
           f"(sampling=\"shuffled\", fit(..., shuffle=False)) and its own "
@@ -206,7 +207,7 @@ class DPConfig:
     k = self.max_examples_per_user
     if self.privacy_unit is PrivacyUnit.EXAMPLE:
       if k is not None:
-        raise ValueError(
+        raise PrivacyError(
             f"max_examples_per_user={k!r} is the cap of user-level lots; it "
             f"needs privacy_unit='user'. Pass privacy_unit='user' (with lots "
             f"from tf_dp.data.poisson_sampled_users), or leave "
@@ -229,7 +230,7 @@ class DPConfig:
         ("metrics_noise_stddev", self.metrics_noise_stddev,
          "private metrics clip each example, not each user")):
       if value is not None:
-        raise ValueError(f"{name}={value!r} cannot be combined with "
+        raise PrivacyError(f"{name}={value!r} cannot be combined with "
                          f"privacy_unit='user' ({why}). Leave {name} out.")
 
   def _take_unset_values_from(self, ledger):

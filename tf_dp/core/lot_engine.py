@@ -33,6 +33,7 @@ from tf_dp.dp_query.dp_query import Nest
 from tf_dp.dp_query.nested_query import NestedQuery
 from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import QueryWithLedger
+from tf_dp.sampling import Sampling
 
 # No limit on the number of lots (until a PrivacyBudget sets one).
 UNLIMITED_LOTS = 2 ** 62
@@ -312,14 +313,14 @@ class LotEngine(tf.Module):
     ``num_microbatches / R`` records.
 
     Raises:
-      ValueError: if ``num_microbatches`` is not a multiple of R.
+      PrivacyError: if ``num_microbatches`` is not a multiple of R.
     """
     total = self.config.num_microbatches
     if total is None:
       return None
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if total % replicas:
-      raise ValueError(
+      raise PrivacyError(
           f"num_microbatches={total} counts microbatches of the global batch "
           f"and must be a multiple of the {replicas} replicas of the "
           f"tf.distribute strategy (each replica splits its part of the "
@@ -423,7 +424,7 @@ class LotEngine(tf.Module):
       apply_fn(self.finish_lot(lot, records, examples))
       return tf.no_op()
 
-    if self.config.sampling == "poisson":
+    if self.config.sampling is Sampling.POISSON:
       return release()
     return tf.cond(examples <= self.max_lot_examples, release,
                    lambda: tf.group(self.oversized_lots.assign_add(1)))

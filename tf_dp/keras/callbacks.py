@@ -278,7 +278,7 @@ class PrivacyBudget(_Callback):
       return None
     n = int(engine.population_size)
     lot = None  # A Poisson lot's event does not depend on its size.
-    if config.sampling != Sampling.POISSON:
+    if config.sampling is not Sampling.POISSON:
       lot = engine.expected_lot_examples
       if lot is None or config.privacy_unit is not PrivacyUnit.EXAMPLE:
         return None

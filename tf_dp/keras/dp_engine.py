@@ -205,8 +205,8 @@ class DPEngine(lot_engine.LotEngine):
       parts[METRICS] = DPMetricsQuery(classes, cfg.metrics_noise_stddev,
                                       secure_mode=cfg.secure_mode)
       part_templates[METRICS] = None
-    if self._bn_layers and cfg.privacy_unit == "user":
-      raise ValueError(
+    if self._bn_layers and cfg.privacy_unit is PrivacyUnit.USER:
+      raise UnsupportedModelError(
           "DPBatchNormalization clips each example's statistics, not each "
           "user's: it cannot be combined with privacy_unit='user'. Use "
           "GroupNormalization or LayerNormalization "
@@ -244,7 +244,7 @@ class DPEngine(lot_engine.LotEngine):
     of records (None: one per example) and how a record's loss combines
     its examples' (``"mean"``, or ``"sum"`` for users)."""
     cfg = self.config
-    if cfg.privacy_unit == "user":
+    if cfg.privacy_unit is PrivacyUnit.USER:
       return (per_example.user_records(tf.nest.flatten(x)[0],
                                        cfg.max_examples_per_user), "sum")
     return self.microbatches_per_replica(), "mean"
@@ -308,7 +308,7 @@ class DPEngine(lot_engine.LotEngine):
     # record's zero gradient as unclipped). An example is present if any
     # of its weights (one per time step, say) is positive.
     present = record_present = None
-    if sample_weight is not None and cfg.sampling == Sampling.POISSON:
+    if sample_weight is not None and cfg.sampling is Sampling.POISSON:
       positive = tf.cast(tf.convert_to_tensor(sample_weight) > 0, tf.float32)
       present = tf.reduce_max(
           tf.reshape(positive, tf.stack([tf.shape(positive)[0], -1])), 1)
@@ -344,7 +344,7 @@ class DPEngine(lot_engine.LotEngine):
     examples = tf.cast(tf.shape(losses)[0], tf.float32)
     if present is not None:
       examples = tf.reduce_sum(present)
-    if cfg.privacy_unit == "user":
+    if cfg.privacy_unit is PrivacyUnit.USER:
       examples = records
       if present is not None:
         examples = tf.reduce_sum(record_present)

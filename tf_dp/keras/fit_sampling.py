@@ -114,7 +114,7 @@ def warn_if_shuffle_is_seeded(config, bound, examples):
   ``sampling="shuffled"`` as random (as fixed-size sampling). Like a
   sampler's fixed ``seed``, it is for tests.
   """
-  if (config.sampling != Sampling.SHUFFLED or examples is None
+  if (config.sampling is not Sampling.SHUFFLED or examples is None
       or bound.get("shuffle", True) is False):
     return
   seed = context.global_seed()
@@ -321,7 +321,7 @@ _USER_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_users",
 
 def _sampler(config):
   """The sampler whose lots ``config`` declares."""
-  by_unit = (_USER_SAMPLERS if config.privacy_unit == PrivacyUnit.USER
+  by_unit = (_USER_SAMPLERS if config.privacy_unit is PrivacyUnit.USER
              else _SAMPLERS)
   return by_unit[config.sampling]
 
@@ -330,7 +330,7 @@ def _check_privacy_unit_of_lots(config, declared):
   """Refuses lots drawn over another unit than ``config.privacy_unit``, or
   user-level lots of another ``max_examples_per_user``."""
   if declared.privacy_unit != config.privacy_unit:
-    if config.privacy_unit == PrivacyUnit.USER:
+    if config.privacy_unit is PrivacyUnit.USER:
       raise SamplingMismatchError(
           f"DPOptimizer(privacy_unit='user') clips each user's rows as one "
           f"record and accounts q and n over users, but fit was given lots "
@@ -468,7 +468,7 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
     else:
       given = (f"a {type(x).__name__}, which carries no sampling mark "
                f"(only a tf.data.Dataset can)")
-    user = config.privacy_unit == PrivacyUnit.USER
+    user = config.privacy_unit is PrivacyUnit.USER
     unit_arg = ", privacy_unit='user'" if user else ""
     third = ("lots over users are drawn by a sampler only (Keras cannot "
              "draw users)" if user else
@@ -494,9 +494,9 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
         f"size), and its epsilon would not hold. Build the DPOptimizer "
         f"with {what}, or train on lots drawn as it declares.")
   _check_privacy_unit_of_lots(config, declared)
-  if config.privacy_unit == PrivacyUnit.USER and replicas > 1:
+  if config.privacy_unit is PrivacyUnit.USER and replicas > 1:
     _check_users_split_across_replicas(config, x, replicas)
-  if sampling == Sampling.POISSON and not math.isclose(
+  if sampling is Sampling.POISSON and not math.isclose(
       declared.sampling_probability, config.sampling_probability,
       rel_tol=1e-12):
     raise SamplingMismatchError(

@@ -148,7 +148,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
     holds for both).
 
   Raises:
-    ValueError: on invalid arguments, naming the argument.
+    ValueError: on invalid arguments, naming the argument (a
+      ``tf_dp.errors.PrivacyError`` for arguments that cannot be combined
+      without breaking the guarantee or its accounting).
   """
 
   def __new__(cls, optimizer: Any, l2_norm_clip: Optional[float] = None,

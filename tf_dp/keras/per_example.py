@@ -20,6 +20,7 @@ from absl import logging
 import tensorflow as tf
 
 from tf_dp.core.vectorized import gradients_or_zeros
+from tf_dp.errors import SamplingMismatchError
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import model_checks
 
@@ -198,7 +199,8 @@ def user_records(tensor, max_examples_per_user):
              f"fixed_size_sampled_users with the same max_examples_per_user.")
   static_batch = tensor.shape[0]
   if static_batch is not None and static_batch % max_examples_per_user:
-    raise ValueError(message + f" Got a batch of {static_batch} rows.")
+    raise SamplingMismatchError(message +
+                                f" Got a batch of {static_batch} rows.")
   batch = batch_size(tensor)
   with tf.control_dependencies([tf.debugging.assert_equal(
       batch % max_examples_per_user, 0, message=message)]):

@@ -16,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from tf_dp.data import lots as data_lots
+from tf_dp.errors import PrivacyError
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
 from tf_dp.keras import dp_step
@@ -41,7 +42,7 @@ def _dp_train_step(self, data):
             name=self.name, compute="float16", policy="mixed_float16") +
         f" (Keras wrapped the DPOptimizer in a {type(optimizer).__name__}.)")
   if not optimizer_base.is_dp_optimizer(optimizer):
-    raise TypeError(
+    raise PrivacyError(
         "This model was converted with tf_dp.keras.make_private but compiled "
         f"with {type(optimizer).__name__}, which would train without privacy."
         " Compile it with optimizer=tf_dp.DPOptimizer(...).")
@@ -63,7 +64,7 @@ def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
   without its padding rows (weight 0), for the loss and metrics Keras
   reports: Keras's unweighted metrics (``metrics=["accuracy"]``) would
   count the padding. Other samplings: unchanged."""
-  if (optimizer.dp_engine.config.sampling != Sampling.POISSON
+  if (optimizer.dp_engine.config.sampling is not Sampling.POISSON
       or sample_weight is None):
     return x, y, y_pred, sample_weight
   weight = tf.reshape(tf.nest.flatten(sample_weight)[0], [-1])
