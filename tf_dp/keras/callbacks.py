@@ -7,7 +7,7 @@ accountant would compute after training.
 
 import math
 import warnings
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 from absl import logging
 
@@ -26,12 +26,17 @@ from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
+# Runs of equal lots: (event, count); and the next lot with the most
+# examples it may hold (None: a Poisson lot).
+_Runs = Sequence[Tuple[ledger_accounting.LedgerEvent, int]]
+_NextLot = Tuple[ledger_accounting.LedgerEvent, Optional[int]]
+
 
 class _Callback(callback.Callback):
   """A tf_dp callback: the Keras interface of both flavours, and the model's
   DP engine."""
 
-  def _engine(self):
+  def _engine(self) -> Any:
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is None:
       raise ValueError(f"{type(self).__name__} needs a model compiled with "
@@ -60,7 +65,7 @@ class LotBoundaryGuard(_Callback):
   (``fit_order.close_open_pass``).
   """
 
-  def on_train_begin(self, logs=None):
+  def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
     del logs
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is None:
@@ -86,22 +91,25 @@ class LotBoundaryGuard(_Callback):
           f"(tf_dp.data.poisson_sampled_batches(..., batches_per_lot={k}) "
           f"with sampling='poisson').")
 
-  @property
-  def train_batch_hooks(self):
+  @property  # Keras reads an attribute or a property alike.
+  def train_batch_hooks(self) -> bool:  # type: ignore[override]
     """Counts the steps of an epoch only where lots could span epochs."""
     engine = getattr(getattr(self.model, "optimizer", None), "dp_engine",
                      None)
     return engine is not None and self._lots_span_epochs(engine)
 
-  def on_epoch_begin(self, epoch, logs=None):
+  def on_epoch_begin(self, epoch: int,
+                     logs: Optional[Dict[str, Any]] = None) -> None:
     del epoch, logs
     self._steps = 0
 
-  def on_train_batch_end(self, batch, logs=None):
+  def on_train_batch_end(self, batch: int,
+                         logs: Optional[Dict[str, Any]] = None) -> None:
     del logs
     self._steps = batch + 1  # Keras passes the index of the last step run.
 
-  def on_epoch_end(self, epoch, logs=None):
+  def on_epoch_end(self, epoch: int,
+                   logs: Optional[Dict[str, Any]] = None) -> None:
     del epoch, logs
     engine = getattr(self.model.optimizer, "dp_engine", None)
     if engine is not None:
@@ -121,7 +129,7 @@ class LotBoundaryGuard(_Callback):
           f"multiple of gradient_accumulation_steps.", UserWarning)
 
   @staticmethod
-  def _lots_span_epochs(engine):
+  def _lots_span_epochs(engine: Any) -> bool:
     return (engine.config.gradient_accumulation_steps > 1
             and engine.config.sampling in (Sampling.SHUFFLED,
                                            Sampling.FIXED_ORDER))
@@ -200,7 +208,7 @@ class PrivacyBudget(_Callback):
     """The ledger of the model's ``tf_dp.DPOptimizer``."""
     return self._engine().ledger
 
-  def _lots(self):
+  def _lots(self) -> int:
     return int(self.ledger.sample_count.numpy())
 
   def epsilon(self) -> float:
@@ -209,7 +217,7 @@ class PrivacyBudget(_Callback):
         self.ledger, self.delta, orders=self.orders,
         accountant=self.accountant)[0]
 
-  def _largest_next_lot(self, runs):
+  def _largest_next_lot(self, runs: _Runs) -> _NextLot:
     """``(event, examples)``: the costliest lot that can come next, as a
     ``LedgerEvent``, and the most examples it may hold (None for Poisson
     lots, whose q is the sampler's whatever size is drawn). A lot that
@@ -228,7 +236,9 @@ class PrivacyBudget(_Callback):
         last.sampling, lot / n, last.noise_multiplier, n,
         last.examples_per_record, last.privacy_unit), lot
 
-  def _plan(self):
+  def _plan(self) -> None:
+    """Plans the lots left within ``target_epsilon`` (set whenever it
+    runs)."""
     if getattr(self.ledger, "correlated_noise", None) is not None:
       self._plan_correlated_noise(self.ledger.correlated_noise)
       return
@@ -241,7 +251,7 @@ class PrivacyBudget(_Callback):
         return
       next_lot, self._max_lot_examples = first
     more = max_additional_steps_for_events(
-        runs, next_lot, self.target_epsilon, self.delta,
+        runs, next_lot, cast(float, self.target_epsilon), self.delta,
         accountant=self.accountant, orders=self.orders)
     if not runs and more == 0:
       raise PrivacyError(
@@ -261,7 +271,7 @@ class PrivacyBudget(_Callback):
           f"is known only from its first lot.", UserWarning)
     self._allowed_lots = sum(count for _, count in runs) + max(more, 0)
 
-  def _first_lot(self):
+  def _first_lot(self) -> Optional[_NextLot]:
     """``(event, examples)`` of the first lot, from the optimizer and
     ``fit``'s arrays, before any is recorded; None when that is not known
     beforehand (a custom ``dp_query``, private metrics, DP batch-norm
@@ -291,17 +301,17 @@ class PrivacyBudget(_Callback):
         int(event.examples_per_record), event.privacy_unit), lot
 
   @staticmethod
-  def _lot_description(event):
+  def _lot_description(event: ledger_accounting.LedgerEvent) -> str:
     return (f"{event.sampling} sampling, q = {event.sampling_probability:.4g}"
             f" of n = {event.population_size}, noise_multiplier = "
             f"{event.noise_multiplier:.4g}")
 
-  def _cost(self, event):
+  def _cost(self, event: ledger_accounting.LedgerEvent) -> float:
     return event_accounting.epsilon_of_runs(
         [(event, 1)], self.delta, accountant=self.accountant,
         orders=self.orders)[0]
 
-  def _plan_correlated_noise(self, record):
+  def _plan_correlated_noise(self, record: Any) -> None:
     """Allows the most steps of the strategy whose release fits the
     target (``correlated_noise_accounting.max_steps_within_budget``), with
     the noise multiplier the record will be accounted with: the recorded
@@ -322,11 +332,11 @@ class PrivacyBudget(_Callback):
       multiplier = self._engine().config.noise_multiplier * (1 - 1e-6)
     self._max_lot_examples = None
     self._allowed_lots = correlated_noise_accounting.max_steps_within_budget(
-        record.strategy, multiplier, self.target_epsilon, self.delta,
-        steps_per_pass, record.neighbouring)
+        record.strategy, multiplier, cast(float, self.target_epsilon),
+        self.delta, steps_per_pass, record.neighbouring)
     self.exceeded = self._allowed_lots < steps_run
 
-  def _limit_lots(self):
+  def _limit_lots(self) -> None:
     """Plans, then lets the DP step release only the lots that fit.
 
     Before any lot is recorded the cost of one is unknown, so exactly one
@@ -379,7 +389,7 @@ class PrivacyBudget(_Callback):
             "the lots released already exceed target_epsilon="
             f"{self.target_epsilon:g}")
 
-  def _statement(self, eps):
+  def _statement(self, eps: float) -> str:
     return ledger_accounting.epsilon_statement(
         eps, self.delta, ledger_accounting.ledger_privacy_unit(self.ledger))
 
@@ -407,7 +417,7 @@ class PrivacyBudget(_Callback):
       self._limit_lots()
 
 
-def with_tf_dp_callbacks(callbacks):
+def with_tf_dp_callbacks(callbacks: Optional[Iterable[Any]]) -> List[Any]:
   """The callbacks of a ``fit`` as ``make_private`` runs them.
 
   A ``LotBoundaryGuard`` comes first, then every ``PrivacyBudget``, then

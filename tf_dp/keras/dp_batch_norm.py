@@ -13,17 +13,24 @@ The update is done by the model's ``DPOptimizer``; it needs the fast
 clipping path (``per_example_method="auto"`` or ``"fast"``).
 """
 
+from typing import TYPE_CHECKING, Any, Dict
+
 import tensorflow as tf
 
 from tf_dp.analysis import checks
 
+# The flavour's keras.layers.Layer, which each flavour's class adds as the
+# next base (``tf_dp.keras.backend``): unknown to the type checker.
+_LayerBase: Any = Any if TYPE_CHECKING else object
 
-class DPBatchNormalizationMixin:
+
+class DPBatchNormalizationMixin(_LayerBase):
   """Flavour-independent body of ``DPBatchNormalization`` (its arguments:
   see the flavour's class)."""
 
-  def __init__(self, l2_norm_clip=1.0, noise_multiplier=1.0, momentum=0.9,
-               epsilon=1e-3, center=True, scale=True, **kwargs):
+  def __init__(self, l2_norm_clip: float = 1.0, noise_multiplier: float = 1.0,
+               momentum: float = 0.9, epsilon: float = 1e-3,
+               center: bool = True, scale: bool = True, **kwargs: Any) -> None:
     super().__init__(**kwargs)  # The flavour's keras.layers.Layer.
     self.l2_norm_clip = checks.check_positive("l2_norm_clip", l2_norm_clip)
     self.noise_multiplier = checks.check_non_negative("noise_multiplier",
@@ -38,7 +45,7 @@ class DPBatchNormalizationMixin:
     self.center = center
     self.scale = scale
 
-  def build(self, input_shape):
+  def build(self, input_shape: Any) -> None:
     features = int(input_shape[-1])
     self.gamma = self.add_weight(name="gamma", shape=(features,),
                                  initializer="ones", trainable=True) if (
@@ -53,7 +60,7 @@ class DPBatchNormalizationMixin:
         trainable=False)
     self.built = True
 
-  def call(self, inputs, training=None):
+  def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
     del training  # Same computation in training: no batch statistics.
     x = tf.convert_to_tensor(inputs)
     out = (x - tf.cast(self.moving_mean, x.dtype)) * tf.math.rsqrt(
@@ -64,7 +71,8 @@ class DPBatchNormalizationMixin:
       out = out + tf.cast(self.beta, x.dtype)
     return out
 
-  def update_statistics(self, mean, variance):
+  def update_statistics(self, mean: tf.Tensor,
+                        variance: tf.Tensor) -> tf.Operation:
     """Moves the statistics towards DP estimates (called by the engine)."""
     m = self.momentum
     return tf.group(
@@ -72,7 +80,7 @@ class DPBatchNormalizationMixin:
         self.moving_variance.assign(m * self.moving_variance
                                     + (1 - m) * variance))
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(l2_norm_clip=self.l2_norm_clip,
                   noise_multiplier=self.noise_multiplier,
@@ -81,5 +89,5 @@ class DPBatchNormalizationMixin:
     return config
 
 
-def is_dp_batch_norm(layer):
+def is_dp_batch_norm(layer: Any) -> bool:
   return isinstance(layer, DPBatchNormalizationMixin)

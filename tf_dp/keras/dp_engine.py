@@ -23,7 +23,8 @@ Its tracked state (ledger, query global state, budget, DP metrics) is the
 core engine's plus the metrics, so checkpoints keep their layout.
 """
 
-from typing import Any, List
+from typing import (Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional,
+                    Sequence, Tuple, cast)
 import warnings
 import weakref
 
@@ -35,6 +36,8 @@ from tf_dp.core import lot_engine
 from tf_dp.core import vectorized
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStats
 from tf_dp.dp_query.batch_norm_stats_query import BatchNormStatsQuery
+from tf_dp.dp_query.dp_query import DPQuery
+from tf_dp.dp_query.dp_query import Nest
 from tf_dp.dp_query.metrics_query import DPMetricsQuery
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
@@ -45,6 +48,7 @@ from tf_dp.keras import per_example
 from tf_dp.keras import privacy_gate
 from tf_dp.keras.fast import clipped_sum as fast_clipping
 from tf_dp.keras.fast import gradient_presence
+from tf_dp.keras.fast import taps as taps_lib
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
@@ -55,7 +59,8 @@ METRICS = "metrics"
 class _EagerStep:
   """A traced step for eager calls (``DPEngine._eager_step``)."""
 
-  def __init__(self, model, loss_fn, variables) -> None:
+  def __init__(self, model: Any, loss_fn: Callable[..., Any],
+               variables: Tuple[int, ...]) -> None:
     self.model = model
     self.loss_fn = loss_fn
     self.variables = variables
@@ -69,6 +74,23 @@ _EAGER_STEPS: "weakref.WeakKeyDictionary[Any, List[_EagerStep]]" = (
     weakref.WeakKeyDictionary())
 
 
+class BatchSum(NamedTuple):
+  """One replica's batch, clipped (``DPEngine.clipped_batch_sum``)."""
+  y_pred: Any
+  # Per-example losses ``[batch]``.
+  losses: tf.Tensor
+  # ``{part: sum of preprocessed records}``.
+  batch_sum: Dict[str, Any]
+  # Records and examples (float32); with ``privacy_unit="user"`` the
+  # examples counted are the users present (records holding a row of
+  # positive weight), the lot's units.
+  records: tf.Tensor
+  examples: tf.Tensor
+  # Indices of the trainable variables whose gradient is None (their sums
+  # are zeros).
+  without_gradient: FrozenSet[int]
+
+
 class DPEngine(lot_engine.LotEngine):
   """The lot engine of one Keras ``DPOptimizer``: clipping by the fast or
   the vectorized path, DP batch-norm statistics and metrics.
@@ -80,7 +102,7 @@ class DPEngine(lot_engine.LotEngine):
   lot in one ledger sample.
   """
 
-  def infer_population_size(self, examples):
+  def infer_population_size(self, examples: int) -> bool:
     """Takes n from the ``examples`` that a ``fit`` trains on (arrays of
     known length), unless ``population_size`` was given.
 
@@ -137,13 +159,13 @@ class DPEngine(lot_engine.LotEngine):
           f"to infer it from fit's arrays).", UserWarning, stacklevel=3)
     return False
 
-  def forget_inferred_population_size(self):
+  def forget_inferred_population_size(self) -> None:
     """Ends the life of an n inferred by ``infer_population_size``: n is
     unknown again until the next ``fit`` on arrays (the ledger keeps the
     samples recorded with it)."""
     self.inferred_population_size = None
 
-  def apply_inferred_population_size(self):
+  def apply_inferred_population_size(self) -> None:
     """Sets the ledger's n to the n inferred from ``fit`` (after a loaded
     ledger overwrote it)."""
     n = self.inferred_population_size
@@ -153,7 +175,7 @@ class DPEngine(lot_engine.LotEngine):
       self.ledger.set_sample_size(population_size=n)
 
   @property
-  def noises_gradients_only(self):
+  def noises_gradients_only(self) -> Optional[bool]:
     """Whether each lot's noised release is the gradient sum alone (no DP
     batch-norm statistics, no private metrics); None before the engine is
     built, when the model's DP batch-norm layers are not yet known."""
@@ -161,7 +183,7 @@ class DPEngine(lot_engine.LotEngine):
       return None
     return not self._bn_layers and self.config.metrics_noise_stddev is None
 
-  def build(self, var_list, model=None):
+  def build(self, var_list: Sequence[Any], model: Any = None) -> None:
     """Creates the queries and their state variables for ``var_list``.
 
     The ledgered query is a ``NestedQuery`` with a ``"grads"`` part (the
@@ -177,9 +199,9 @@ class DPEngine(lot_engine.LotEngine):
     grad_query, own_ledger = lot_lib.gradient_query(cfg, templates)
     if own_ledger is not None:
       self.ledger = own_ledger
-    parts = {GRADIENTS: grad_query}
-    part_templates = {GRADIENTS: templates}
-    self._bn_layers = {}
+    parts: Dict[str, DPQuery] = {GRADIENTS: grad_query}
+    part_templates: Dict[str, Any] = {GRADIENTS: templates}
+    self._bn_layers: Dict[str, Any] = {}
     for layer in (model_checks.all_layers(model) if model is not None else []):
       if dp_batch_norm.is_dp_batch_norm(layer):
         key = f"bn/{layer.name}"
@@ -217,7 +239,10 @@ class DPEngine(lot_engine.LotEngine):
                        for name in ("accuracy", "count")
                        if METRICS in parts}
 
-  def step(self, model, loss_fn, x, y, sample_weight, apply_fn):
+  def step(self, model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+           sample_weight: Any,
+           apply_fn: Callable[[List[Optional[tf.Tensor]]], Any]
+           ) -> Tuple[Any, tf.Tensor]:
     """One batch: clip, add to the lot, and on the lot's last batch noise
     once and apply (``LotEngine.add_batch``).
 
@@ -239,17 +264,19 @@ class DPEngine(lot_engine.LotEngine):
     with tf.control_dependencies([done]):
       return tf.nest.map_structure(tf.identity, y_pred), tf.identity(losses)
 
-  def records_per_replica(self, x):
+  def records_per_replica(self, x: Any) -> Tuple[Any, str]:
     """``(records, reduction)`` of this replica's batch ``x``: the number
     of records (None: one per example) and how a record's loss combines
     its examples' (``"mean"``, or ``"sum"`` for users)."""
     cfg = self.config
     if cfg.privacy_unit is PrivacyUnit.USER:
-      return (per_example.user_records(tf.nest.flatten(x)[0],
-                                       cfg.max_examples_per_user), "sum")
+      # DPConfig requires max_examples_per_user with user records.
+      return (per_example.user_records(
+          tf.nest.flatten(x)[0], cast(int, cfg.max_examples_per_user)), "sum")
     return self.microbatches_per_replica(), "mean"
 
-  def clipped_batch_sum(self, model, loss_fn, x, y, sample_weight):
+  def clipped_batch_sum(self, model: Any, loss_fn: Callable[..., Any], x: Any,
+                        y: Any, sample_weight: Any) -> BatchSum:
     """The batch's sum of preprocessed records (this replica's), per part.
 
     Privacy contract: computed by a traced graph that the privacy gate
@@ -257,19 +284,18 @@ class DPEngine(lot_engine.LotEngine):
     eagerly, it traces itself first (a step of eager code could do what
     no trace shows).
 
-    Returns ``(y_pred, per_example_losses, batch_sum, records, examples,
-    without_gradient)``; with ``privacy_unit="user"`` the examples counted
-    are the users present (records holding a row of positive weight), the
-    lot's units; ``without_gradient`` holds the indices of the trainable
-    variables whose gradient is None (their sums are zeros).
+    Returns a ``BatchSum``.
     """
     if tf.executing_eagerly():
       step = self._eager_step(model, loss_fn)
-      tensors = step.function(x, y, sample_weight)
-      return tuple(tensors) + (step.without_gradient,)
+      y_pred, losses, batch_sum, records, examples = step.function(
+          x, y, sample_weight)
+      return BatchSum(y_pred, losses, batch_sum, records, examples,
+                      step.without_gradient)
     return self._traced_batch_sum(model, loss_fn, x, y, sample_weight)
 
-  def _eager_step(self, model, loss_fn) -> "_EagerStep":
+  def _eager_step(self, model: Any,
+                  loss_fn: Callable[..., Any]) -> "_EagerStep":
     """The traced step that eager calls run, one per model, loss function
     and set of trainable variables (an unfrozen layer makes a new one, so
     the gate runs on what will be computed); it retraces, and the gate
@@ -283,7 +309,7 @@ class DPEngine(lot_engine.LotEngine):
         return step
     step = _EagerStep(model, loss_fn, variables)
 
-    def traced(x, y, w):
+    def traced(x: Any, y: Any, w: Any) -> List[Any]:
       # The variables without a gradient are known when tracing (a Python
       # set): kept aside, the function returns tensors only.
       *tensors, step.without_gradient = self._traced_batch_sum(
@@ -294,7 +320,8 @@ class DPEngine(lot_engine.LotEngine):
     steps[:] = steps[-3:] + [step]  # A few models per optimizer at most.
     return step
 
-  def _traced_batch_sum(self, model, loss_fn, x, y, sample_weight):
+  def _traced_batch_sum(self, model: Any, loss_fn: Callable[..., Any], x: Any,
+                        y: Any, sample_weight: Any) -> BatchSum:
     """``clipped_batch_sum`` inside a traced function."""
     cfg = self.config
     params = self.sample_params()
@@ -320,9 +347,9 @@ class DPEngine(lot_engine.LotEngine):
                                          sample_weight, grad_params,
                                          num_records, reduction,
                                          record_present)
-    taps = None
+    taps: Dict[int, taps_lib.Tap] = {}
     if fast is not None:
-      grads_sum, y_pred, losses, records, taps, without_gradient = fast
+      (grads_sum, y_pred, losses, records), taps, without_gradient = fast
     else:
       if not gated:
         privacy_gate.check_exact_step(model, loss_fn, x, y, sample_weight)
@@ -364,9 +391,11 @@ class DPEngine(lot_engine.LotEngine):
     if METRICS in params:
       batch_sum[METRICS] = self._metrics_sum(params[METRICS], y, y_pred,
                                              present)
-    return y_pred, losses, batch_sum, records, examples, without_gradient
+    return BatchSum(y_pred, losses, batch_sum, records, examples,
+                    without_gradient)
 
-  def _bn_sum(self, key, params, tap, present):
+  def _bn_sum(self, key: str, params: Any, tap: taps_lib.Tap,
+              present: Optional[tf.Tensor]) -> Any:
     """Clipped per-example (mean, mean of squares) of a DP BN layer's input."""
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), tf.float32)
     axes = list(range(1, x.shape.rank - 1))
@@ -376,7 +405,8 @@ class DPEngine(lot_engine.LotEngine):
     return vectorized.clipped_sum(self.part_query(key), params, stats,
                                   weights=present)
 
-  def _metrics_sum(self, params, y, y_pred, present):
+  def _metrics_sum(self, params: Any, y: Any, y_pred: Any,
+                   present: Optional[tf.Tensor]) -> Any:
     """Clipped per-example (count, correct, one-hot class) records."""
     y_pred = tf.convert_to_tensor(y_pred)
     labels = tf.convert_to_tensor(y)
@@ -388,8 +418,11 @@ class DPEngine(lot_engine.LotEngine):
     return vectorized.clipped_sum(self.part_query(METRICS), params,
                                   (labels, y_pred), weights=present)
 
-  def _fast_clipped_sum(self, model, loss_fn, x, y, sample_weight, params,
-                        num_records, reduction, record_present):
+  def _fast_clipped_sum(
+      self, model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+      sample_weight: Any, params: Any, num_records: Any, reduction: str,
+      record_present: Optional[tf.Tensor]
+  ) -> Tuple[Optional[fast_clipping.TappedBatchSum], bool]:
     """``(result, gated)``: the fast path's result, or None (after logging
     why) to fall back; records whose ``record_present`` is 0 are left out
     of the sum. ``gated``: the privacy gate analysed the batched step (its
@@ -405,9 +438,9 @@ class DPEngine(lot_engine.LotEngine):
       if num_records is not None and reduction == "mean":
         per_example.split_into_records(tf.nest.flatten(x)[0], num_records)
       try:
-        result = fast_clipping.clipped_batch_sum(
+        result = fast_clipping.tapped_clipped_batch_sum(
             model, loss_fn, x, y, sample_weight, self.gradient_query, params,
-            num_records, return_taps=True, record_reduction=reduction,
+            num_records, record_reduction=reduction,
             record_weights=record_present)
         logging.log_first_n(
             logging.INFO, "tf_dp fast clipping plan: %s", 1,
@@ -424,7 +457,8 @@ class DPEngine(lot_engine.LotEngine):
         "tf.vectorized_map (slower) because %s.", 1, reason)
     return None, gated
 
-  def use_released_parts(self, result, examples_denominator):
+  def use_released_parts(self, result: Nest,
+                         examples_denominator: tf.Tensor) -> List[Any]:
     """Moves each DP batch-norm layer's statistics towards its noised
     estimate (the noised sums of the examples' statistics over
     ``examples_denominator``), and stores the noised metrics of the lot."""

@@ -2,6 +2,9 @@
 (its ``train_step``) and custom training loops (``DPOptimizer.private_step``).
 """
 
+import types
+from typing import Any, Callable, List, Optional, Tuple
+
 import tensorflow as tf
 
 from tf_dp.dp_query import eager_variables
@@ -10,14 +13,14 @@ from tf_dp.keras import model_checks
 from tf_dp.keras import per_example
 
 
-def converted_backend(model):
+def converted_backend(model: Any) -> Optional[types.ModuleType]:
   """The Keras adapter (``tf_dp.keras.backend``) of a model converted by
   ``make_private``, else None."""
   flavor = getattr(model, "_tf_dp_flavor", None)
   return None if flavor is None else backend.for_flavor(flavor)
 
 
-def _check_dense_labels(y, sample_weight):
+def _check_dense_labels(y: Any, sample_weight: Any) -> None:
   """Ragged or sparse inputs are fine (a per-example loop computes them);
   labels and weights must be dense."""
   for t in tf.nest.flatten((y, sample_weight)):
@@ -29,7 +32,8 @@ def _check_dense_labels(y, sample_weight):
           f"or use one label per example.")
 
 
-def _sum_of_present(grad, penalty_grad):
+def _sum_of_present(grad: Optional[tf.Tensor],
+                    penalty_grad: Optional[tf.Tensor]) -> Optional[tf.Tensor]:
   """``grad + penalty_grad``, either of which may be None (no gradient, as
   Keras's tape gives for the sum of the loss and the penalties: None only
   if both are)."""
@@ -39,7 +43,9 @@ def _sum_of_present(grad, penalty_grad):
   return penalty_grad if grad is None else grad + penalty_grad
 
 
-def private_step(model, optimizer, loss_fn, x, y, sample_weight):
+def private_step(
+    model: Any, optimizer: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+    sample_weight: Any) -> Tuple[Any, tf.Tensor, Optional[tf.Tensor]]:
   """One DP step of a converted model: the body of ``fit``'s train step and
   of ``DPOptimizer.private_step``.
 
@@ -70,7 +76,8 @@ def private_step(model, optimizer, loss_fn, x, y, sample_weight):
     penalty, penalty_grads = model_checks.public_penalty(model, x)
     checked = [penalty]
 
-  def apply_fn(mean_grads):
+  def apply_fn(mean_grads: List[Optional[tf.Tensor]]) -> None:
+    extra: Optional[List[Optional[tf.Tensor]]]
     if penalty is not None:
       extra = penalty_grads
     else:

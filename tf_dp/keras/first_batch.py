@@ -10,6 +10,7 @@ step's privacy gate does, on the traced step (``tf_dp.keras.privacy_gate``).
 
 import collections.abc
 import types
+from typing import Any, Dict, Iterable, Iterator, Tuple, cast
 
 import tensorflow as tf
 
@@ -20,20 +21,22 @@ class _NoBatch(Exception):
   """The first batch of a ``fit`` input cannot be read (the reason)."""
 
 
-def fit_input(args, kwargs):
+def fit_input(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Any, Any]:
   """``fit``'s ``x`` and ``y`` as Keras reads them (positional or named)."""
   return (kwargs.get("x", args[0] if args else None),
           kwargs.get("y", args[1] if len(args) > 1 else None))
 
 
-def with_fit_input(args, kwargs, x):
+def with_fit_input(args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                   x: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
   """``fit``'s arguments with ``x`` replaced."""
   if "x" in kwargs or not args:
     return args, dict(kwargs, x=x)
   return (x,) + tuple(args[1:]), kwargs
 
 
-def peek(model, args, kwargs):
+def peek(model: Any, args: Tuple[Any, ...],
+         kwargs: Dict[str, Any]) -> Tuple[Any, Tuple[Any, ...], Dict[str, Any]]:
   """``(x, args, kwargs)``: the inputs of the first batch ``fit`` will
   train on (None if the input holds no batch), and ``fit``'s arguments to
   train on (a generator's first batch, read here, is put back in front of
@@ -46,7 +49,8 @@ def peek(model, args, kwargs):
   Raises:
     _NoBatch: for any other input, with the reason.
   """
-  keras_backend = dp_step.converted_backend(model)
+  # The fit of a converted model.
+  keras_backend = cast(types.ModuleType, dp_step.converted_backend(model))
   x, _ = fit_input(args, kwargs)
   if isinstance(x, tf.data.Dataset):
     for batch in x.take(1):
@@ -71,20 +75,20 @@ def peek(model, args, kwargs):
                  f"cannot read a first batch without consuming it")
 
 
-def _prepended(first, rest):
+def _prepended(first: Any, rest: Iterable[Any]) -> Iterator[Any]:
   """A generator of ``first``, then of what ``rest`` yields (Keras takes
   generators, not other iterators)."""
   yield first
   yield from rest
 
 
-def _unpacked_inputs(keras_backend, batch):
+def _unpacked_inputs(keras_backend: types.ModuleType, batch: Any) -> Any:
   """The inputs ``x`` of one batch of a generator or a PyDataset."""
   return keras_backend.unpack_x_y_sample_weight(
       tuple(batch) if isinstance(batch, list) else batch)[0]
 
 
-def _head(t, count=8):
+def _head(t: Any, count: int = 8) -> Any:
   """The first ``count`` examples of ``t`` (dense, ragged or sparse)."""
   if t is None:
     return None
@@ -95,7 +99,9 @@ def _head(t, count=8):
   return t[:count]
 
 
-def for_fit(model, args, kwargs):
+def for_fit(
+    model: Any, args: Tuple[Any, ...],
+    kwargs: Dict[str, Any]) -> Tuple[Any, Tuple[Any, ...], Dict[str, Any]]:
   """``peek`` when the model is not built yet (a Sequential without
   ``Input``, a subclassed model): ``(x, args, kwargs)``, with x None when
   the model is built or no first batch can be read (Keras then builds the

@@ -14,12 +14,16 @@ without amplification: ``tf_dp.analysis.fixed_order``) or accounted by a
 whole when the order restarts.
 """
 
+import types
+from typing import Any, Dict, Optional, Tuple
 import warnings
 
 import tensorflow as tf
 
 from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import fixed_order as fixed_order_accounting
+from tf_dp.core import config as config_lib
+from tf_dp.core import lot_engine
 from tf_dp.data import lots as data_lots
 from tf_dp.data import order as data_order
 from tf_dp.errors import SamplingMismatchError
@@ -41,7 +45,8 @@ FIXES = (
     "noise, fit(..., shuffle=False)) gives a smaller epsilon.")
 
 
-def _array_order(bound, keras_backend):
+def _array_order(bound: Dict[str, Any],
+                 keras_backend: types.ModuleType) -> Optional[str]:
   """Why ``fit``'s arrays come in a fixed order, or None if Keras
   reshuffles their rows every epoch, or if one batch holds them all (every
   lot is then all n examples, recorded with q = 1: nothing is amplified,
@@ -62,7 +67,10 @@ def _array_order(bound, keras_backend):
   return None
 
 
-def _input_order(x, bound, keras_backend, population_size):
+def _input_order(
+    x: Any, bound: Dict[str, Any], keras_backend: types.ModuleType,
+    population_size: Optional[int]
+) -> Tuple[Optional[str], Optional[Tuple[int, int]]]:
   """``(reason, seed)``: why ``fit``'s input is not shown random (None if
   it is) and a dataset shuffle's fixed seed."""
   if isinstance(x, tf.data.Dataset):
@@ -79,7 +87,9 @@ def _input_order(x, bound, keras_backend, population_size):
           f"read: nothing shows they are random samples of the examples"), None
 
 
-def check_order(config, bound, keras_backend, population_size):
+def check_order(config: config_lib.DPConfig, bound: Dict[str, Any],
+                keras_backend: types.ModuleType,
+                population_size: Optional[int]) -> None:
   """Refuses, before any step, a ``fit`` under ``sampling="shuffled"``
   whose batches are not shown to be a fresh random shuffle of the examples.
 
@@ -133,7 +143,7 @@ def check_order(config, bound, keras_backend, population_size):
         UserWarning, stacklevel=4)  # the caller of fit
 
 
-def close_open_pass(engine):
+def close_open_pass(engine: lot_engine.LotEngine) -> None:
   """Closes the ledger's unfilled fixed-order pass with a lot of the
   missing examples that releases nothing (no noise, no query: it costs
   nothing), so that the next lots start a new pass.

@@ -9,12 +9,15 @@ and how many examples a ``fit`` on arrays trains on (its population size).
 import hashlib
 import inspect
 import math
+from typing import Any, Dict, Optional, Sequence, cast
 import warnings
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
+from tf_dp.core import config as config_lib
+from tf_dp.core import lot_engine
 from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
@@ -22,7 +25,7 @@ from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
 
 
-def strategy_workers(model):
+def strategy_workers(model: Any) -> int:
   """The hosts (chief and workers) ``model``'s distribution strategy spans;
   1 without a multi-worker strategy."""
   strategy = getattr(model, "distribute_strategy", None)
@@ -33,14 +36,15 @@ def strategy_workers(model):
   return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
 
 
-def strategy_replicas(model):
+def strategy_replicas(model: Any) -> int:
   """The replicas in sync of ``model``'s distribution strategy (1 without
   one)."""
   strategy = getattr(model, "distribute_strategy", None)
   return getattr(strategy, "num_replicas_in_sync", 1) or 1
 
 
-def keras_arguments(model, method, args, kwargs):
+def keras_arguments(model: Any, method: str, args: Sequence[Any],
+                    kwargs: Dict[str, Any]) -> Dict[str, Any]:
   """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
   as Keras's own ``method`` reads them (a subclass may override it with
   ``*args, **kwargs``); {} if they do not bind (Keras then raises)."""
@@ -56,7 +60,8 @@ def keras_arguments(model, method, args, kwargs):
     return {}
 
 
-def checked_arguments(model, method, args, kwargs):
+def checked_arguments(model: Any, method: str, args: Sequence[Any],
+                      kwargs: Dict[str, Any]) -> Dict[str, Any]:
   """The arguments of ``model.<method>(*args, **kwargs)`` by name, after
   ``check_sampling_of_fit_input`` passed their ``x`` (``method``: ``"fit"``
   or ``"train_on_batch"``; ``model.optimizer`` is a DP optimizer)."""
@@ -69,7 +74,7 @@ def checked_arguments(model, method, args, kwargs):
   return bound
 
 
-def training_examples(bound):
+def training_examples(bound: Dict[str, Any]) -> Optional[int]:
   """How many examples a ``fit`` call trains on, or None.
 
   Known for arrays and tensors (and nests of them): their length, less the
@@ -94,7 +99,8 @@ def training_examples(bound):
   return n if n >= 1 else None
 
 
-def expected_lot_examples(bound, examples, batches_per_lot):
+def expected_lot_examples(bound: Dict[str, Any], examples: Optional[int],
+                          batches_per_lot: int) -> Optional[int]:
   """The most examples a lot of ``fit``'s arrays holds (``batches_per_lot``
   batches of ``batch_size``, Keras's default 32, within one pass over the
   ``examples``), or None when the input is not arrays."""
@@ -103,7 +109,9 @@ def expected_lot_examples(bound, examples, batches_per_lot):
   return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
 
 
-def warn_if_shuffle_is_seeded(config, bound, examples):
+def warn_if_shuffle_is_seeded(config: config_lib.DPConfig,
+                              bound: Dict[str, Any],
+                              examples: Optional[int]) -> None:
   """Warns when Keras shuffles ``fit``'s arrays under TensorFlow's global
   random seed (``tf.random.set_seed``, ``keras.utils.set_random_seed``).
 
@@ -130,7 +138,8 @@ def warn_if_shuffle_is_seeded(config, bound, examples):
       UserWarning, stacklevel=4)  # the caller of fit
 
 
-def check_lots_within_passes(config, bound, examples):
+def check_lots_within_passes(config: config_lib.DPConfig, bound: Dict[str, Any],
+                             examples: Optional[int]) -> None:
   """Refuses a ``fit`` on arrays whose shuffled lots of several batches
   could straddle two passes over the arrays.
 
@@ -169,7 +178,9 @@ def check_lots_within_passes(config, bound, examples):
 
 
 # The samplers whose datasets hold the lots each declared sampling promises.
-def check_correlated_noise_fit(engine, bound, examples):
+def check_correlated_noise_fit(engine: lot_engine.LotEngine,
+                               bound: Dict[str, Any],
+                               examples: Optional[int]) -> None:
   """With ``noise_strategy``: refuses a ``fit`` whose participation the
   strategy does not cover, and declares its passes to the ledger.
 
@@ -235,7 +246,7 @@ def check_correlated_noise_fit(engine, bound, examples):
   ledger.set_steps_per_pass(steps_per_pass, digest, passes=max(epochs, 0))
 
 
-def end_correlated_noise_fit(engine):
+def end_correlated_noise_fit(engine: lot_engine.LotEngine) -> None:
   """With ``noise_strategy``: ends the passes the last
   ``check_correlated_noise_fit`` declared (call when that ``fit`` returns
   or raises): a later step outside a ``fit`` (``train_on_batch``,
@@ -246,7 +257,7 @@ def end_correlated_noise_fit(engine):
     ledger.end_declared_passes()
 
 
-def check_step_outside_fit(engine, call):
+def check_step_outside_fit(engine: lot_engine.LotEngine, call: str) -> None:
   """Refuses (eagerly, before the step) a ``call`` step of a
   correlated-noise run whose earlier steps were ``fit``'s fixed-order
   passes: its examples are not a pass's, and the participation the ledger
@@ -268,7 +279,7 @@ def check_step_outside_fit(engine, call):
       f"on the same arrays.")
 
 
-def check_train_on_batch_lot(config):
+def check_train_on_batch_lot(config: config_lib.DPConfig) -> None:
   """Refuses (before the step) a ``train_on_batch`` of a model whose lots
   take several batches (``gradient_accumulation_steps`` > 1).
 
@@ -296,7 +307,8 @@ def check_train_on_batch_lot(config):
       f"DPOptimizer.private_step in a custom loop over lots you draw.")
 
 
-def _training_data_digest(bound, examples, rows_per_lot):
+def _training_data_digest(bound: Dict[str, Any], examples: int,
+                          rows_per_lot: int) -> str:
   """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
   order, and of the rows per lot: a later fit of the same correlated-noise
   run must take the same examples in the same order, cut into the same
@@ -309,7 +321,7 @@ def _training_data_digest(bound, examples, rows_per_lot):
         continue
       rows = np.ascontiguousarray(np.asarray(leaf)[:examples])
       digest.update(f"{part}{rows.dtype}{rows.shape}".encode())
-      digest.update(memoryview(rows).cast("B"))
+      digest.update(rows.data.cast("B"))
   return digest.hexdigest()
 
 
@@ -319,14 +331,15 @@ _USER_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_users",
                   Sampling.POISSON: "tf_dp.data.poisson_sampled_users"}
 
 
-def _sampler(config):
+def _sampler(config: config_lib.DPConfig) -> str:
   """The sampler whose lots ``config`` declares."""
   by_unit = (_USER_SAMPLERS if config.privacy_unit is PrivacyUnit.USER
              else _SAMPLERS)
   return by_unit[config.sampling]
 
 
-def _check_privacy_unit_of_lots(config, declared):
+def _check_privacy_unit_of_lots(config: config_lib.DPConfig,
+                                declared: Any) -> None:
   """Refuses lots drawn over another unit than ``config.privacy_unit``, or
   user-level lots of another ``max_examples_per_user``."""
   if declared.privacy_unit != config.privacy_unit:
@@ -355,7 +368,8 @@ def _check_privacy_unit_of_lots(config, declared):
         f"max_examples_per_user to the sampler and to DPOptimizer.")
 
 
-def _check_users_split_across_replicas(config, x, replicas):
+def _check_users_split_across_replicas(config: config_lib.DPConfig, x: Any,
+                                       replicas: int) -> None:
   """Refuses user lots whose batches a strategy of ``replicas`` replicas
   would split inside a user.
 
@@ -389,8 +403,10 @@ def _check_users_split_across_replicas(config, x, replicas):
       f"batches_per_lot.")
 
 
-def check_sampling_of_fit_input(config, x, recorded_population_size,
-                                call="fit", workers=1, replicas=1):
+def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
+                                recorded_population_size: int,
+                                call: str = "fit", workers: int = 1,
+                                replicas: int = 1) -> None:
   """Refuses a ``fit`` input whose lots are not what ``config.sampling``
   declares.
 
@@ -496,9 +512,10 @@ def check_sampling_of_fit_input(config, x, recorded_population_size,
   _check_privacy_unit_of_lots(config, declared)
   if config.privacy_unit is PrivacyUnit.USER and replicas > 1:
     _check_users_split_across_replicas(config, x, replicas)
+  # A Poisson mark and a Poisson configuration both hold their q.
   if sampling is Sampling.POISSON and not math.isclose(
-      declared.sampling_probability, config.sampling_probability,
-      rel_tol=1e-12):
+      cast(float, declared.sampling_probability),
+      cast(float, config.sampling_probability), rel_tol=1e-12):
     raise SamplingMismatchError(
         f"fit was given Poisson lots drawn with sampling_probability="
         f"{declared.sampling_probability!r}, but DPOptimizer declares "

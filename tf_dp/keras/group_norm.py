@@ -2,12 +2,12 @@
 layers are GroupNormalization, which normalises each example with its own
 statistics (and trains on tf_dp's fast path)."""
 
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tf_dp.keras import backend
 
 
-def _groups(channels, groups):
+def _groups(channels: int, groups: Optional[int]) -> int:
   if groups is not None:
     if channels % groups:
       raise ValueError(f"groups={groups} does not divide the {channels} "
@@ -48,9 +48,10 @@ def with_group_normalization(model: Any,
   """
   keras_backend = backend.for_object(model)
   batch_norms = keras_backend.batch_norm_classes()
-  replaced, clones = {}, []
+  replaced: Dict[int, Any] = {}
+  clones: List[Tuple[Any, Any]] = []
 
-  def clone_function(layer):
+  def clone_function(layer: Any) -> Any:
     if isinstance(layer, batch_norms):
       axis = layer.axis if isinstance(layer.axis, int) else layer.axis[0]
       channels = int(layer.gamma.shape[0] if layer.scale

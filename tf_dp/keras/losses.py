@@ -19,6 +19,8 @@ and a masked sequence loss is normalised by the example's own number of
 unmasked positions (Keras divides by the batch's, which couples examples).
 """
 
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
+
 import numpy as np
 import tensorflow as tf
 
@@ -28,7 +30,7 @@ NO_LOSS_ERROR = ("Compile the model with a loss before training with tf_dp: "
                  "model.compile(optimizer=tf_dp.DPOptimizer(...), loss=...).")
 
 
-def _leading_one(t):
+def _leading_one(t: Any) -> Any:
   return None if t is None else tf.expand_dims(t, 0)
 
 
@@ -38,25 +40,25 @@ def _leading_one(t):
 _EAGER_LOOP_MAX_EXAMPLES = 16
 
 
-def _examples_to_loop_over(structure):
+def _examples_to_loop_over(structure: Any) -> Optional[Tuple[Any, int]]:
   """``structure``'s leaves as dense tensors and their common number of
   examples, when the batch is small, static and every leaf dense; else
-  ``(None, None)``."""
+  None."""
   leaves = tf.nest.flatten(structure)
   if any(isinstance(t, (tf.RaggedTensor, tf.SparseTensor)) or
          not (tf.is_tensor(t) or isinstance(t, np.ndarray)) for t in leaves):
-    return None, None
+    return None
   leaves = [tf.convert_to_tensor(t) for t in leaves]
   sizes = {t.shape[0] if t.shape.rank else None for t in leaves}
   if len(sizes) != 1 or None in sizes:
-    return None, None
-  (size,) = sizes
+    return None
+  (size,) = cast(Set[int], sizes)
   if not 0 < size <= _EAGER_LOOP_MAX_EXAMPLES:
-    return None, None
+    return None
   return tf.nest.pack_sequence_as(structure, leaves), size
 
 
-def _map_examples(one, structure):
+def _map_examples(one: Callable[[Any], tf.Tensor], structure: Any) -> tf.Tensor:
   """``[one(example 0), one(example 1), ...]`` as a ``[batch]`` tensor,
   where example ``i`` is entry ``i`` of every leaf of ``structure``.
 
@@ -66,8 +68,9 @@ def _map_examples(one, structure):
   slices (a small batch evaluated eagerly: no function to trace).
   """
   if tf.executing_eagerly():
-    dense, size = _examples_to_loop_over(structure)
-    if dense is not None:
+    small = _examples_to_loop_over(structure)
+    if small is not None:
+      dense, size = small
       return tf.reshape(tf.stack([
           one(tf.nest.map_structure(lambda t, i=i: t[i], dense))
           for i in range(size)]), [-1])
@@ -75,7 +78,7 @@ def _map_examples(one, structure):
                                       fallback_to_while_loop=True), [-1])
 
 
-def per_example_loss_fn(model):
+def per_example_loss_fn(model: Any) -> Callable[..., tf.Tensor]:
   """Returns ``f(y_true, y_pred, sample_weight) -> [batch]`` float32 losses.
 
   Privacy contract: entry ``i`` of the result depends on example ``i``'s
@@ -90,7 +93,8 @@ def per_example_loss_fn(model):
   if container is None or getattr(model, "loss", None) is None:
     raise ValueError(NO_LOSS_ERROR)
 
-  def per_example(y_true, y_pred, sample_weight=None):
+  def per_example(y_true: Any, y_pred: Any,
+                  sample_weight: Any = None) -> tf.Tensor:
     if y_true is None:
       raise ValueError("tf_dp needs labels: fit(x, y) or a dataset of "
                        "(x, y[, sample_weight]).")
@@ -103,7 +107,7 @@ def per_example_loss_fn(model):
     if sample_weight is not None:
       mapped["w"] = sample_weight
 
-    def one(example):
+    def one(example: Dict[str, Any]) -> tf.Tensor:
       pred = tf.nest.map_structure(_leading_one, example["p"])
       flat_pred = tf.nest.flatten(pred)
       mask_iter = iter(example["m"])
@@ -122,11 +126,13 @@ def per_example_loss_fn(model):
 
     return _map_examples(one, mapped)
 
-  per_example.each_example_alone = True
+  # Read by the privacy gate (``tf_dp.keras.privacy_gate``).
+  setattr(per_example, "each_example_alone", True)
   return per_example
 
 
-def per_example_loss_from(loss, keras_backend):
+def per_example_loss_from(loss: Any,
+                          keras_backend: Any) -> Callable[..., tf.Tensor]:
   """``f(y_true, y_pred, sample_weight) -> [batch]`` float32 losses from a
   loss given by hand (custom training loops).
 
@@ -149,18 +155,20 @@ def per_example_loss_from(loss, keras_backend):
 
 
 # The last functions per_example_loss_from made: (loss, backend, function).
-_MADE: list = []
+_MADE: List[Tuple[Any, Any, Callable[..., tf.Tensor]]] = []
 
 
-def _per_example_loss_from(loss, keras_backend):
+def _per_example_loss_from(loss: Any,
+                           keras_backend: Any) -> Callable[..., tf.Tensor]:
   if isinstance(loss, str):
     loss = keras_backend.get_loss(loss)
   if not callable(loss):
     raise ValueError(f"loss must be a Keras loss (name or object) or a "
                      f"function (y_true, y_pred) -> loss; got {loss!r}.")
 
-  def per_example(y_true, y_pred, sample_weight=None):
-    def one(example):
+  def per_example(y_true: Any, y_pred: Any,
+                  sample_weight: Any = None) -> tf.Tensor:
+    def one(example: Tuple[Any, Any]) -> tf.Tensor:
       value = loss(tf.nest.map_structure(_leading_one, example[0]),
                    tf.nest.map_structure(_leading_one, example[1]))
       return tf.reduce_mean(tf.cast(tf.convert_to_tensor(value), tf.float32))
@@ -170,5 +178,6 @@ def _per_example_loss_from(loss, keras_backend):
       values *= tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
     return values
 
-  per_example.each_example_alone = True
+  # Read by the privacy gate (``tf_dp.keras.privacy_gate``).
+  setattr(per_example, "each_example_alone", True)
   return per_example

@@ -16,6 +16,8 @@
   flavour needs is its adapter's ``make_randomness_per_example``.)
 """
 
+from typing import Any, Callable, Iterable, List, Optional, Tuple
+
 import tensorflow as tf
 
 from tf_dp.errors import UnsupportedModelError
@@ -32,12 +34,12 @@ MIXED_PRECISION_ERROR = (
     "float32) or 'float32', and build the model under it.")
 
 
-def all_layers(model):
+def all_layers(model: Any) -> List[Any]:
   """Every layer inside ``model``, recursively (not ``model`` itself)."""
   return backend.for_object(model).all_layers(model)
 
 
-def validate_and_prepare(model):
+def validate_and_prepare(model: Any) -> None:
   """Refuses layers that break per-example DP; makes random layers draw
   independently per example (Keras 3; see the backend's
   ``make_randomness_per_example``)."""
@@ -68,20 +70,20 @@ DATA_DEPENDENT_LOSS_ERROR = (
     "depend on the weights only.")
 
 
-def _added_loss_terms(model):
+def _added_loss_terms(model: Any) -> List[Any]:
   """The ``add_loss`` terms of the model's most recent call."""
   keras_backend = backend.for_object(model)
   return [t for layer in [model] + keras_backend.all_layers(model)
           for t in keras_backend.added_loss_terms(layer)]
 
 
-def _float32_sum(terms):
+def _float32_sum(terms: Iterable[Any]) -> Optional[tf.Tensor]:
   """The float32 sum of scalar loss terms, or None if there are none."""
   terms = [tf.cast(t, tf.float32) for t in terms]
   return tf.add_n(terms) if terms else None
 
 
-def adds_losses(model, x):
+def adds_losses(model: Any, x: Any) -> bool:
   """Whether a call of ``model`` adds ``add_loss`` terms.
 
   Decided once per model by tracing (never running) a call on a batch of
@@ -98,14 +100,14 @@ def adds_losses(model, x):
   return cached
 
 
-def _public_batch_of_one(x, draw):
+def _public_batch_of_one(x: Any, draw: Callable[[Any], tf.Tensor]) -> Any:
   """A batch of one shaped like ``x``: floating-point entries ``draw(shape)``;
   integer and boolean entries 0 under ``tf.zeros`` and 1 under any other
   ``draw`` (valid ids and masks), so that they differ from the zeros input
   in every entry, not only where a random draw happens to (ids drawn in
   {0, 1} would all be 0 with probability 2^-size, and the check would
   then compare an input with itself)."""
-  def one(t):
+  def one(t: tf.Tensor) -> tf.Tensor:
     shape = tf.concat([[1], tf.shape(t)[1:]], 0)
     if t.dtype.is_floating:
       return tf.cast(draw(shape), t.dtype)
@@ -113,7 +115,8 @@ def _public_batch_of_one(x, draw):
   return tf.nest.map_structure(one, x)
 
 
-def public_penalty(model, x):
+def public_penalty(model: Any,
+                   x: Any) -> Tuple[tf.Tensor, List[Optional[tf.Tensor]]]:
   """``model.losses`` (``add_loss`` terms and regularisers) evaluated on a
   public input, and its gradient.
 
@@ -140,7 +143,7 @@ def public_penalty(model, x):
         None if g is None else tf.identity(g) for g in grads]
 
 
-def weight_regularization_loss(model):
+def weight_regularization_loss(model: Any) -> Optional[tf.Tensor]:
   """Sum of the data-independent regularisation losses (or None)."""
   return _float32_sum(
       backend.for_object(model).weight_regularization_terms(model))

@@ -32,10 +32,10 @@ class _DPOptimizerType(type):
   Keras flavour (they subclass their flavour's ``Optimizer`` base, so they
   cannot share one Python base class besides the mixin)."""
 
-  def __instancecheck__(cls, instance):
+  def __instancecheck__(cls, instance: Any) -> bool:
     return is_dp_optimizer(instance)
 
-  def __subclasscheck__(cls, subclass):
+  def __subclasscheck__(cls, subclass: Any) -> bool:
     return isinstance(subclass, type) and issubclass(subclass,
                                                       DPOptimizerMixin)
 

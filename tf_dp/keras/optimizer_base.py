@@ -5,8 +5,11 @@ themselves are in ``tf_dp.keras.backend`` (``keras3_optimizer``,
 ``keras2_optimizer``)."""
 
 import dataclasses
+from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional,
+                    Sequence)
 import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from tf_dp.core import config as config_lib
@@ -15,6 +18,10 @@ from tf_dp.keras import dp_step
 from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state
+from tf_dp.privacy_ledger import PrivacyLedger
+
+if TYPE_CHECKING:
+  from tf_dp.keras import dp_engine as dp_engine_lib
 
 
 SUMMED_GRADIENTS_ERROR = (
@@ -24,7 +31,7 @@ SUMMED_GRADIENTS_ERROR = (
     "`model = tf_dp.keras.make_private(model)`.")
 
 
-def is_dp_optimizer(optimizer):
+def is_dp_optimizer(optimizer: Any) -> bool:
   return hasattr(optimizer, "dp_engine") and hasattr(
       optimizer, "apply_private_gradients")
 
@@ -34,8 +41,25 @@ class DPOptimizerMixin:
   wrapped optimizer, building the DP state with the model, and saving the
   ledger and the open lot with the model (see ``optimizer_state``)."""
 
+  if TYPE_CHECKING:
+    # Set by each flavour's class (``tf_dp.keras.backend``) or its Keras
+    # optimizer base class.
+    dp_engine: "dp_engine_lib.DPEngine"
+    dp_config: config_lib.DPConfig
+    inner_optimizer: Any
+    name: str
+    _pending_dp_state: Optional[optimizer_state.PendingState]
+    _lots_applied_at_save: int
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+    @property
+    def iterations(self) -> Any: ...
+
+    def build(self, var_list: Sequence[Any]) -> None: ...
+
   @property
-  def ledger(self):
+  def ledger(self) -> PrivacyLedger:
     """The ``PrivacyLedger`` of every lot this optimizer applied.
 
     Raises:
@@ -50,7 +74,8 @@ class DPOptimizerMixin:
     return ledger
 
   @tf.autograph.experimental.do_not_convert
-  def private_step(self, model, loss, x, y, sample_weight=None):
+  def private_step(self, model: Any, loss: Any, x: Any, y: Any,
+                   sample_weight: Any = None) -> tf.Tensor:
     """One DP-SGD step for a custom training loop: the step ``fit`` takes.
 
     Privacy contract: as ``tf_dp.DPOptimizer``. Each record's gradient of
@@ -104,14 +129,14 @@ class DPOptimizerMixin:
     return losses
 
   @property
-  def learning_rate(self):
+  def learning_rate(self) -> Any:
     return self.inner_optimizer.learning_rate
 
   @learning_rate.setter
-  def learning_rate(self, learning_rate):
+  def learning_rate(self, learning_rate: Any) -> None:
     self.inner_optimizer.learning_rate = learning_rate
 
-  def ensure_built(self, var_list, model):
+  def ensure_built(self, var_list: Sequence[Any], model: Any) -> None:
     """Builds the DP state (which needs the model: DP batch norm, metrics)
     and the wrapped optimizer, once; restores a loaded ledger and lot.
 
@@ -129,48 +154,49 @@ class DPOptimizerMixin:
                                         self.dp_engine.ledger)
     self.dp_engine.check_noise_state_continues()
 
-  def _lots_applied(self):
+  def _lots_applied(self) -> int:
     """Lots applied so far: the wrapped optimizer's step counter (one step
     per lot), or the count saved in the config if that is larger (a format
     that drops optimizer state, e.g. Keras 2's SavedModel)."""
     applied = int(optimizer_state.numpy(self.iterations))
     return max(applied, getattr(self, "_lots_applied_at_save", 0))
 
-  def _config_dict(self):
+  def _config_dict(self) -> Dict[str, Any]:
     """``get_config``'s common part: the DP config and the lots applied."""
     cfg = self.dp_config
     if cfg.ledger is not None:  # The ledger is saved with the state.
       cfg = dataclasses.replace(cfg, ledger=None,
                                 max_lots=cfg.ledger.max_samples)
-    config = {"name": self.name, "dp_config": cfg.to_dict()}
+    config: Dict[str, Any] = {"name": self.name, "dp_config": cfg.to_dict()}
     if tf.executing_eagerly():
       config["lots_applied"] = self._lots_applied()
     return config
 
   @classmethod
-  def _from_config_dict(cls, inner, config):
+  def _from_config_dict(cls, inner: Any, config: Dict[str, Any]) -> Any:
     optimizer = cls(inner, config_lib.DPConfig(**config["dp_config"]),
                     name=config.get("name"))
     # pylint: disable-next=protected-access
     optimizer._lots_applied_at_save = int(config.get("lots_applied", 0))
     return optimizer
 
-  def _keras_variables(self):
+  def _keras_variables(self) -> List[Any]:
     """The variables Keras itself saves: this optimizer's and the wrapped
     one's (step counter, slots); each flavour's class reads them."""
     raise NotImplementedError
 
-  def dp_state(self):
+  def dp_state(self) -> Dict[str, np.ndarray]:
     """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""
     return optimizer_state.export_state(self.dp_engine)
 
-  def _load_saved(self, keras_values, state):
+  def _load_saved(self, keras_values: Optional[Sequence[Any]],
+                  state: Mapping[str, Any]) -> None:
     """Assigns saved values of ``_keras_variables()`` and the
     DP state; what cannot be assigned yet waits for ``ensure_built``."""
     self._pending_dp_state = optimizer_state.PendingState(state, keras_values)
     self._restore_pending_dp_state()
 
-  def _restore_pending_dp_state(self):
+  def _restore_pending_dp_state(self) -> None:
     pending = getattr(self, "_pending_dp_state", None)
     if pending is None:
       return
@@ -197,7 +223,7 @@ class DPOptimizerMixin:
       optimizer_state.restore_state(self.dp_engine, pending.state)
     self._pending_dp_state = None
 
-  def save_own_variables(self, store):
+  def save_own_variables(self, store: Any) -> None:
     """Keras variables under ``"0"``, ``"1"``, ...; the DP state under
     ``"tf_dp_*"`` names (the ``.keras`` format and ``save_weights``)."""
     for i, variable in enumerate(self._keras_variables()):
@@ -205,7 +231,7 @@ class DPOptimizerMixin:
     for key, value in self.dp_state().items():
       store[optimizer_state.PREFIX + key] = value
 
-  def load_own_variables(self, store):
+  def load_own_variables(self, store: Any) -> None:
     """Reverses ``save_own_variables``; an optimizer not built yet gets its
     values when the model's first step builds it."""
     prefix = optimizer_state.PREFIX

@@ -30,13 +30,17 @@ and ``check_ledger_covers`` refuses to train when it exceeds the lots the
 ledger recorded.
 """
 
+from typing import Any, Dict, Mapping, Optional, Sequence
+
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.core import lot_engine
 from tf_dp.errors import IncompleteLedgerError
 from tf_dp.errors import LedgerFormatError
 from tf_dp.errors import PrivacyError
 from tf_dp.privacy_ledger import BUFFER_KEYS
+from tf_dp.privacy_ledger import PrivacyLedger
 
 PREFIX = "tf_dp_"
 
@@ -47,11 +51,11 @@ _SAVED_NAMES = tuple((f"ledger_{key}", key) for key in BUFFER_KEYS)
 LEDGER_KEYS = tuple(saved for saved, _ in _SAVED_NAMES)
 
 
-def numpy(variable):
+def numpy(variable: Any) -> np.ndarray:
   return np.asarray(tf.convert_to_tensor(variable))
 
 
-def export_state(engine):
+def export_state(engine: lot_engine.LotEngine) -> Dict[str, np.ndarray]:
   """The engine's ledger as ``{saved name: numpy array}`` (its
   ``export_buffers``: the rows written, the counters, the sampling
   parameters)."""
@@ -70,7 +74,7 @@ def export_state(engine):
   return {saved: buffers[key] for saved, key in _SAVED_NAMES}
 
 
-def restore_ledger(ledger, state):
+def restore_ledger(ledger: PrivacyLedger, state: Mapping[str, Any]) -> None:
   """Overwrites ``ledger`` with the exported ledger in ``state``.
 
   Raises:
@@ -96,14 +100,16 @@ def restore_ledger(ledger, state):
         f"(tf_dp.DPOptimizer(..., max_lots=...)) before loading.") from e
 
 
-def restore_state(engine, state):
+def restore_state(engine: lot_engine.LotEngine,
+                  state: Mapping[str, Any]) -> None:
   """Overwrites the built engine's ledger with ``state``; any open lot is
   emptied (it is never saved)."""
   restore_ledger(engine.ledger, state)
   engine.discard_lot()
 
 
-def check_ledger_covers(applied, ledger, reading=False):
+def check_ledger_covers(applied: int, ledger: PrivacyLedger,
+                        reading: bool = False) -> None:
   """Raises if the optimizer applied more lots than the ledger recorded.
 
   Args:
@@ -148,7 +154,8 @@ class PendingState:
   """A loaded state waiting for the engine to be built (not trackable, so
   never saved itself)."""
 
-  def __init__(self, state, keras_values=None):
+  def __init__(self, state: Mapping[str, Any],
+               keras_values: Optional[Sequence[Any]] = None) -> None:
     # Read now: values may be lazy datasets of a file about to be closed.
     self.state = {key: np.array(value) for key, value in state.items()}
     self.keras_values = (None if keras_values is None
@@ -158,11 +165,11 @@ class PendingState:
 class SavedArray:
   """A named array that Keras 2's ``.h5`` writer saves like a variable."""
 
-  def __init__(self, name, value):
+  def __init__(self, name: str, value: Any) -> None:
     self.name = name
     self._value = np.asarray(value)
     self.shape = self._value.shape
     self.dtype = self._value.dtype
 
-  def numpy(self):
+  def numpy(self) -> np.ndarray:
     return self._value

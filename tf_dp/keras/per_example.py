@@ -14,7 +14,8 @@ the example itself (or its microbatch), a batch of one that keeps its
 composite type, so the model computes it from that example alone.
 """
 
-from typing import Any, FrozenSet, List, NamedTuple, Set
+from typing import (Any, Callable, FrozenSet, Iterable, List, NamedTuple,
+                    Optional, Set, Tuple)
 
 from absl import logging
 import tensorflow as tf
@@ -25,13 +26,13 @@ from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import model_checks
 
 
-def is_masked_rnn(layer, mask=None):
+def is_masked_rnn(layer: Any, mask: Any = None) -> bool:
   """A recurrent layer called with a mask: pfor converts its TensorList
   loop into a program that fails at run time."""
   return hasattr(layer, "cell") and mask is not None
 
 
-def pfor_breaks_recurrence(layers):
+def pfor_breaks_recurrence(layers: Iterable[Any]) -> bool:
   """Whether a whole-model ``tf.vectorized_map`` may mis-convert a
   recurrent layer among ``layers``: pfor turns a recurrent layer's
   TensorList loop into a program that fails at run time ("Tried to append
@@ -42,11 +43,11 @@ def pfor_breaks_recurrence(layers):
   return any(hasattr(layer, "cell") for layer in layers)
 
 
-def is_composite(t):
+def is_composite(t: Any) -> bool:
   return isinstance(t, (tf.RaggedTensor, tf.SparseTensor))
 
 
-def composite_inputs_reason(x):
+def composite_inputs_reason(x: Any) -> Optional[str]:
   """Why a batch ``x`` takes the per-record loop (None if it is dense)."""
   kinds = sorted({type(t).__name__ for t in tf.nest.flatten(x)
                   if is_composite(t)})
@@ -57,7 +58,7 @@ def composite_inputs_reason(x):
           f"alone, as a batch of one, instead of tf.vectorized_map)")
 
 
-def batch_size(structure):
+def batch_size(structure: Any) -> tf.Tensor:
   """The (dynamic) number of examples of a batch: its first leaf's rows."""
   t = tf.nest.flatten(structure)[0]
   if isinstance(t, tf.RaggedTensor):
@@ -67,7 +68,7 @@ def batch_size(structure):
   return tf.shape(t)[0]
 
 
-def _record(t, i):
+def _record(t: Any, i: Any) -> Any:
   """Record ``i`` of ``t`` split by ``split_into_records``, keeping its
   type. A sparse record's dense shape depends on that record alone: the
   static width where the input fixes it, else the record's own extent (its
@@ -88,7 +89,7 @@ def _record(t, i):
   return tf.SparseTensor(part.indices, part.values, tf.stack(own))
 
 
-def _loop_over_composite_records(fn, elems):
+def _loop_over_composite_records(fn: Callable[[Any], Any], elems: Any) -> Any:
   """``tf.map_fn`` over record indices; ``fn`` sees each record with its
   composite type (ragged ``[k, (len)]``, sparse ``[k, d]``)."""
   count = batch_size(elems)
@@ -106,7 +107,8 @@ def _loop_over_composite_records(fn, elems):
   return tf.map_fn(take, tf.range(count), fn_output_signature=signature)
 
 
-def map_records(fn, elems, loop=False):
+def map_records(fn: Callable[[Any], Any], elems: Any,
+                loop: bool = False) -> Any:
   """``fn`` applied to each record of ``elems``: ``tf.vectorized_map``, or
   a ``tf.map_fn`` loop when ``loop`` is set, when ``elems`` holds ragged or
   sparse tensors, or when pfor cannot convert the computation at all (e.g.
@@ -132,7 +134,7 @@ def map_records(fn, elems, loop=False):
   return tf.map_fn(fn, elems, fn_output_signature=signature)
 
 
-def _examples_per_record(tensor, num_microbatches):
+def _examples_per_record(tensor: Any, num_microbatches: Any) -> tf.Tensor:
   """``batch / num_microbatches``, after checking that it divides."""
   message = (f"tf_dp: the batch size does not divide into num_microbatches"
              f"={num_microbatches}. Use a batch size that is a multiple of "
@@ -148,7 +150,7 @@ def _examples_per_record(tensor, num_microbatches):
     return tf.identity(batch // num_microbatches)
 
 
-def divided_into_microbatches(batch, num_microbatches):
+def divided_into_microbatches(batch: Any, num_microbatches: Any) -> Any:
   """``batch`` (a nest) whose dense tensors are read only once its size
   is known to divide into ``num_microbatches``: every computation of the
   step that reads the batch (a fast rule's reshape, the lot's counts and
@@ -161,7 +163,7 @@ def divided_into_microbatches(batch, num_microbatches):
         lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, batch)
 
 
-def _split_composite(tensor, num_microbatches):
+def _split_composite(tensor: Any, num_microbatches: Any) -> Any:
   """A ragged batch as ``[records, k, (len)]``, a sparse one as ``[records,
   k, ...]``: records of k consecutive examples (k = 1 without
   microbatches)."""
@@ -176,7 +178,7 @@ def _split_composite(tensor, num_microbatches):
       [[shape[0] // per_record, per_record], shape[1:]], 0))
 
 
-def split_into_records(tensor, num_microbatches):
+def split_into_records(tensor: Any, num_microbatches: Any) -> Any:
   """Reshapes a batch to ``[records, examples_per_record, ...]``."""
   if is_composite(tensor):
     return _split_composite(tensor, num_microbatches)
@@ -188,7 +190,7 @@ def split_into_records(tensor, num_microbatches):
       [[num_microbatches, per_record], tf.shape(tensor)[1:]], axis=0))
 
 
-def user_records(tensor, max_examples_per_user):
+def user_records(tensor: tf.Tensor, max_examples_per_user: int) -> tf.Tensor:
   """The number of users of a batch laid out by a user sampler: each user's
   ``max_examples_per_user`` consecutive rows (padding rows of weight 0
   where the user has fewer examples). Asserts that the rows divide."""
@@ -207,7 +209,7 @@ def user_records(tensor, max_examples_per_user):
     return tf.identity(batch // max_examples_per_user)
 
 
-def record_loss(losses, record_reduction):
+def record_loss(losses: tf.Tensor, record_reduction: str) -> tf.Tensor:
   """A record's loss from its examples' ``losses``: ``"mean"`` (an example
   or a microbatch) or ``"sum"`` (a user: the sum of the user's examples'
   gradients is the record's gradient)."""
@@ -224,8 +226,10 @@ class RecordGradients(NamedTuple):
   without_gradient: FrozenSet[int]
 
 
-def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
-                     num_microbatches=None, record_reduction="mean"):
+def record_gradients(model: Any, per_example_loss_fn: Callable[..., tf.Tensor],
+                     x: Any, y: Any, sample_weight: Any,
+                     num_microbatches: Optional[int] = None,
+                     record_reduction: str = "mean") -> RecordGradients:
   """Gradients of each record's loss w.r.t. the trainable variables.
 
   Args:
@@ -261,7 +265,8 @@ def record_gradients(model, per_example_loss_fn, x, y, sample_weight,
   # Traced once: which gradients the tape gives as None (a structural fact).
   without_gradient: Set[int] = set()
 
-  def one_record(args):
+  def one_record(
+      args: Tuple[Any, Any, Any]) -> Tuple[List[tf.Tensor], Any, tf.Tensor]:
     xi, yi, wi = args
     with tf.GradientTape() as tape:
       pred = model(xi, training=True)

@@ -31,7 +31,7 @@ class GateVerdict(NamedTuple):
   reason: Optional[str]
 
 
-def _spec(t):
+def _spec(t: Any) -> Optional[tf.TensorSpec]:
   if t is None:
     return None
   if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):
@@ -80,7 +80,7 @@ def check_privacy(model: Any, x: Any, y: Any,
   if reason is None:
     reason = fast_clipping.fast_path_unavailable_reason(model, query)
   if reason is None:
-    def fast(x, y, w):
+    def fast(x: Any, y: Any, w: Any) -> Any:
       return fast_clipping.clipped_batch_sum(model, loss_fn, x, y, w, query,
                                              params)[0]
     try:

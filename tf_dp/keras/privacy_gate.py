@@ -39,8 +39,8 @@ calls outside TensorFlow (in Python attributes), and variables the step
 does not write are public.
 """
 
-from typing import (Any, Dict, Iterable, List, NamedTuple, Optional,
-                    Sequence, Tuple)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple,
+                    Optional, Sequence, Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -51,6 +51,10 @@ from tf_dp.core.provenance.labels import PUBLIC
 from tf_dp.core.provenance.labels import Rows
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import model_checks
+
+
+# ``(what, tensors)``: tensors the fast rules read, named for messages.
+_NamedTensors = Sequence[Tuple[str, Sequence[Any]]]
 
 
 class NotProven(Exception):
@@ -85,7 +89,7 @@ def batch_sources(*parts: Any) -> List[Tuple[tf.Tensor, Rows]]:
           for t in tf.nest.flatten(part) if isinstance(t, tf.Tensor)]
 
 
-def _layer_of(model, op_name: str) -> str:
+def _layer_of(model: Any, op_name: str) -> str:
   """The layer an operation belongs to, from its name scope."""
   names = {layer.name: layer for layer in model_checks.all_layers(model)}
   for part in reversed(op_name.split("/")[:-1]):
@@ -96,7 +100,7 @@ def _layer_of(model, op_name: str) -> str:
   return f"of the model (scope {op_name.rsplit('/', 1)[0]!r})"
 
 
-def _variable_name(model, op) -> str:
+def _variable_name(model: Any, op: tf.Operation) -> str:
   """The name of the variable that ``op`` writes, as the model knows it."""
   for t in op.inputs:
     if t.dtype != tf.resource:
@@ -110,7 +114,7 @@ def _variable_name(model, op) -> str:
   return op.name
 
 
-def _captured(graph, placeholder):
+def _captured(graph: tf.Graph, placeholder: tf.Tensor) -> Optional[tf.Tensor]:
   """The outer tensor a function graph's placeholder captures, or None."""
   for outer, inner in getattr(graph, "captures", []):
     if inner is placeholder:
@@ -118,7 +122,7 @@ def _captured(graph, placeholder):
   return None
 
 
-def refuse_writes(model, analysis: walker.Analysis) -> None:
+def refuse_writes(model: Any, analysis: walker.Analysis) -> None:
   """Raises if the analysed computation wrote data to a variable."""
   if analysis.writes:
     op = analysis.writes[0]
@@ -127,18 +131,21 @@ def refuse_writes(model, analysis: walker.Analysis) -> None:
         op=op.name))
 
 
-def refuse_proven_mixing(model, label) -> None:
+def refuse_proven_mixing(model: Any,
+                         label: Optional[labels_lib.Label]) -> None:
   """Raises if ``label`` is a proven mixing of examples."""
   if isinstance(label, labels_lib.Mixed) and label.proven:
     raise UnsupportedModelError(MIXING_ERROR.format(
         layer=_layer_of(model, label.op), reason=label.reason, op=label.op))
 
 
-def _rows_by_example(label) -> bool:
+def _rows_by_example(label: labels_lib.Label) -> bool:
   return label is PUBLIC or (isinstance(label, Rows) and label.axis == 0)
 
 
-def _labels(analysis, named_tensors):
+def _labels(
+    analysis: walker.Analysis,
+    named_tensors: _NamedTensors) -> Iterator[Tuple[str, labels_lib.Label]]:
   """``(what, label)`` of every tensor among ``named_tensors``."""
   for what, tensors in named_tensors:
     for t in tensors:
@@ -146,7 +153,8 @@ def _labels(analysis, named_tensors):
         yield what, analysis.label(t)
 
 
-def _proven_mixing(analysis, named_tensors):
+def _proven_mixing(analysis: walker.Analysis,
+                   named_tensors: _NamedTensors) -> Optional[labels_lib.Mixed]:
   """The first proven ``Mixed`` label among the tensors, or None."""
   for _, label in _labels(analysis, named_tensors):
     if isinstance(label, labels_lib.Mixed) and label.proven:
@@ -154,7 +162,8 @@ def _proven_mixing(analysis, named_tensors):
   return None
 
 
-def _require(analysis, named_tensors, allow):
+def _require(analysis: walker.Analysis, named_tensors: _NamedTensors,
+             allow: Callable[[labels_lib.Label], bool]) -> None:
   """Raises ``NotProven`` for the first tensor whose label ``allow``
   refuses."""
   for what, label in _labels(analysis, named_tensors):
@@ -187,14 +196,16 @@ class TapLayout(NamedTuple):
     return any(s is not None for s in self.summed)
 
 
-def _axis(analysis, t):
+def _axis(analysis: walker.Analysis, t: Any) -> Optional[int]:
   if not isinstance(t, tf.Tensor):
     return None
   label = analysis.label(t)
   return label.axis if isinstance(label, Rows) else None
 
 
-def _summed_over_examples(analysis, grad):
+def _summed_over_examples(
+    analysis: walker.Analysis,
+    grad: Any) -> Optional[Tuple[tf.Tensor, Tuple[int, ...]]]:
   """``(g, axes)`` if ``grad`` is ``reduce_sum(g, axes)`` (reshaped) of a
   ``g`` with rows by example on axis 0, summed over that axis: the gradient
   of a public tensor broadcast to every example. Else None."""
@@ -215,7 +226,9 @@ def _summed_over_examples(analysis, grad):
   return (g, axes) if 0 in axes else None
 
 
-def _broadcast_grads(analysis, tap, grads):
+def _broadcast_grads(
+    analysis: walker.Analysis, tap: Any,
+    grads: Any) -> List[Optional[Tuple[tf.Tensor, Tuple[int, ...]]]]:
   """Per flattened output gradient of a tap whose output is public: the
   ``_summed_over_examples`` form of its gradient, or None."""
   outputs = tf.nest.flatten(tap.output)
@@ -227,7 +240,8 @@ def _broadcast_grads(analysis, tap, grads):
           for g in tf.nest.flatten(grads)]
 
 
-def _tap_layout(analysis, tap, grads) -> TapLayout:
+def _tap_layout(analysis: walker.Analysis, tap: Any,
+                grads: Any) -> TapLayout:
   summed = _broadcast_grads(analysis, tap, grads)
   return TapLayout([_axis(analysis, a) for a in tf.nest.flatten(tap.args)],
                    [0 if s is not None else _axis(analysis, g)
@@ -262,7 +276,7 @@ def analyse_step(regions: StepRegions,
   return analysis
 
 
-def _alone_label(analysis, inputs):
+def _alone_label(analysis: walker.Analysis, inputs: Any) -> labels_lib.Label:
   """The label of what a function that evaluates each example alone (under
   ``tf.vectorized_map``, mapping axis 0) computes from ``inputs``: rows by
   example if each input is public or holds rows by example on axis 0."""
@@ -275,7 +289,7 @@ def _alone_label(analysis, inputs):
       return label if isinstance(label, labels_lib.Mixed) else (
           labels_lib.Mixed(t.op.name, t.op.type, f"an input of the loss "
                            f"laid out as {label}"))
-    if label is not PUBLIC:
+    if isinstance(label, Rows):  # Not PUBLIC.
       groups.add(label.group)
   return Rows(0, groups.pop() if len(groups) == 1 else None)
 
@@ -304,7 +318,7 @@ def analyse_fast_step(regions: StepRegions,
   return analysis
 
 
-def prove_fast_step(model, analysis: walker.Analysis,
+def prove_fast_step(model: Any, analysis: walker.Analysis,
                     unit_taps: Sequence[Sequence[Any]],
                     unit_out_grads: Sequence[Sequence[Any]],
                     losses: tf.Tensor) -> Dict[int, TapLayout]:
@@ -360,7 +374,8 @@ def prove_fast_step(model, analysis: walker.Analysis,
   return moved
 
 
-def check_exact_step(model, loss_fn, x, y, sample_weight) -> None:
+def check_exact_step(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+                     sample_weight: Any) -> None:
   """The gate of the exact path: traces the batched forward pass and loss
   on the batch's signature (never runs them) and refuses a data-dependent
   write to a variable or a forward operation that provably combines
@@ -376,7 +391,7 @@ def check_exact_step(model, loss_fn, x, y, sample_weight) -> None:
   """
   specs = tf.nest.map_structure(_spec, (x, y, sample_weight))
 
-  def forward(x, y, w):
+  def forward(x: Any, y: Any, w: Any) -> tf.Tensor:
     graph = tf.compat.v1.get_default_graph()
     regions = StepRegions(graph)
     y_pred = model(x, training=True)
@@ -391,7 +406,7 @@ def check_exact_step(model, loss_fn, x, y, sample_weight) -> None:
   tf.function(forward, autograph=False).get_concrete_function(*specs)
 
 
-def _spec(t):
+def _spec(t: Any) -> Any:
   if t is None or isinstance(t, tf.TypeSpec):
     return t
   if isinstance(t, (tf.RaggedTensor, tf.SparseTensor)):

@@ -11,7 +11,7 @@ private gradients. Everything else (``compile``, ``fit``, callbacks,
 
 import types
 import warnings
-from typing import Any
+from typing import Any, Dict, Tuple, cast
 
 import tensorflow as tf
 
@@ -30,9 +30,9 @@ from tf_dp.keras import written_metrics
 from tf_dp.sampling import Sampling
 
 
-def _dp_train_step(self, data):
+def _dp_train_step(self, data: Any) -> Dict[str, Any]:
   """The DP-SGD training step installed by ``make_private``."""
-  keras_backend = dp_step.converted_backend(self)
+  keras_backend = cast(types.ModuleType, dp_step.converted_backend(self))
   x, y, sample_weight = keras_backend.unpack_x_y_sample_weight(data)
   optimizer = self.optimizer
   inner = getattr(optimizer, "inner_optimizer", None)
@@ -59,7 +59,8 @@ def _dp_train_step(self, data):
                        in optimizer.dp_engine.dp_metrics.items()})
 
 
-def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
+def _drawn_rows(optimizer: Any, x: Any, y: Any, y_pred: Any,
+                sample_weight: Any) -> Tuple[Any, ...]:
   """``(x, y, y_pred, sample_weight)`` of the examples a Poisson lot drew,
   without its padding rows (weight 0), for the loss and metrics Keras
   reports: Keras's unweighted metrics (``metrics=["accuracy"]``) would
@@ -74,7 +75,7 @@ def _drawn_rows(optimizer, x, y, y_pred, sample_weight):
                for part in (x, y, y_pred, sample_weight))
 
 
-def _dp_train_on_batch(self, *args, **kwargs):
+def _dp_train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
   """``train_on_batch``, refused under a sampling that one batch cannot
   show (``tf_dp.keras.fit_sampling.check_sampling_of_fit_input``)."""
   if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
@@ -88,7 +89,9 @@ def _dp_train_on_batch(self, *args, **kwargs):
   return type(self).train_on_batch(self, *args, **kwargs)
 
 
-def _class_weights_into_lots(args, kwargs):
+def _class_weights_into_lots(
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
   """``fit``'s arguments with ``class_weight`` folded into the weights of a
   sampler's lots (Keras refuses class weights beside sample weights, and
   a Poisson lot's weights mark which rows were drawn)."""
@@ -114,15 +117,15 @@ JIT_COMPILE_WARNING = (
     "Privacy is unaffected; for speed, compile with jit_compile=False.")
 
 
-def _dp_fit(self, *args, **kwargs):
+def _dp_fit(self, *args: Any, **kwargs: Any) -> Any:
   """``fit`` with tf_dp's lot-boundary guard; refuses an
   input whose lots are not the declared sampling's; takes
   ``population_size`` from the arrays when it was not given, for this fit
   only, and refuses (before any step) an input of unknown length when it
   was not."""
   from tf_dp.keras import callbacks as callbacks_lib  # pylint: disable=g-import-not-at-top
-  optimizer = getattr(self, "optimizer", None)
-  engine = (optimizer.dp_engine
+  optimizer: Any = getattr(self, "optimizer", None)
+  engine: Any = (optimizer.dp_engine
             if optimizer_base.is_dp_optimizer(optimizer) else None)
   inferred = False
   if engine is not None:

@@ -19,22 +19,23 @@ model, docs/privacy/threat_model.md); the private metrics are the optimizer's no
 """
 
 import types
-from typing import Any
+from typing import Any, Dict
 
 import tensorflow as tf
 
 
-def _reset_training_metrics(model):
+def _reset_training_metrics(model: Any) -> None:
   if tf.executing_eagerly():  # A graph being built runs no assignment.
     model.reset_metrics()
 
 
-def _children_without_metric_totals(self, save_type="checkpoint", **kwargs):
+def _children_without_metric_totals(self, save_type: str = "checkpoint",
+                                    **kwargs: Any) -> Dict[str, Any]:
   _reset_training_metrics(self)
   return type(self)._trackable_children(self, save_type, **kwargs)  # pylint: disable=protected-access
 
 
-def _own_variables_without_metric_totals(self, store):
+def _own_variables_without_metric_totals(self, store: Any) -> Any:
   _reset_training_metrics(self)
   return type(self).save_own_variables(self, store)
 

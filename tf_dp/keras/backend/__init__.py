@@ -50,6 +50,9 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
   CallbackHooks                 a callback's private hooks for the flavour
 """
 
+import types
+from typing import Any, List
+
 from tf_dp.keras.backend import keras2
 from tf_dp.keras.backend import keras3
 
@@ -57,23 +60,23 @@ _ADAPTERS = {keras3.NAME: keras3, keras2.NAME: keras2}
 FLAVORS = tuple(_ADAPTERS)
 
 
-def keras3_module():
+def keras3_module() -> Any:
   """The Keras 3 module, or None if the installed ``keras`` is Keras 2."""
   return keras3.module()
 
 
-def keras2_module():
+def keras2_module() -> Any:
   """The Keras 2 module: ``tf_keras`` if installed, else ``tf.keras`` when
   ``keras`` is 2.x (TF 2.15); None if there is no Keras 2."""
   return keras2.module()
 
 
-def installed():
+def installed() -> List[types.ModuleType]:
   """The adapters of the installed flavours, Keras 3 first."""
   return [a for a in (keras3, keras2) if a.module() is not None]
 
 
-def imported():
+def imported() -> List[types.ModuleType]:
   """The adapters of the flavours whose Keras is already imported, Keras 3
   first. Never imports one: a model, layer or optimizer of a flavour exists
   only once that flavour is imported (importing ``tf_keras`` beside Keras 3
@@ -81,7 +84,7 @@ def imported():
   return [a for a in (keras3, keras2) if a.imported_module() is not None]
 
 
-def for_flavor(name):
+def for_flavor(name: str) -> types.ModuleType:
   """The adapter of flavour ``name`` (``"keras3"`` or ``"keras2"``).
 
   Raises:
@@ -96,7 +99,7 @@ def for_flavor(name):
   return adapter
 
 
-def for_object(obj):
+def for_object(obj: Any) -> types.ModuleType:
   """The adapter of the flavour of a Keras model, layer or optimizer: the
   first class in its MRO that a flavour defines decides.
 
@@ -110,18 +113,18 @@ def for_object(obj):
   raise TypeError(f"{obj!r} is not a Keras object.")
 
 
-def default():
+def default() -> types.ModuleType:
   """The adapter of ``keras`` where it is Keras 3, else of Keras 2: the
   flavour used when nothing else decides (an optimizer given by name)."""
   return keras3 if keras3.module() is not None else for_flavor(keras2.NAME)
 
 
-def flavor_of(obj):
+def flavor_of(obj: Any) -> str:
   """``"keras3"`` or ``"keras2"`` for a Keras model, layer or optimizer."""
   return for_object(obj).NAME
 
 
-def module_for(flavor):
+def module_for(flavor: str) -> Any:
   """The Keras module of flavour ``flavor``.
 
   Raises:

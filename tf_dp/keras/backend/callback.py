@@ -7,6 +7,8 @@ interface, plus each flavour's private hooks (``CallbackHooks`` of the
 adapters).
 """
 
+from typing import Any, Callable, Dict
+
 from tf_dp.keras.backend import keras2
 from tf_dp.keras.backend import keras3
 
@@ -21,18 +23,18 @@ class Callback(keras3.CallbackHooks, keras2.CallbackHooks):
 
   train_batch_hooks = False
 
-  def __init__(self):
-    self.model = None
-    self.params = {}
-    self.validation_data = None
+  def __init__(self) -> None:
+    self.model: Any = None
+    self.params: Dict[str, Any] = {}
+    self.validation_data: Any = None
 
-  def set_model(self, model):
+  def set_model(self, model: Any) -> None:
     self.model = model
 
-  def set_params(self, params):
+  def set_params(self, params: Dict[str, Any]) -> None:
     self.params = params
 
-  def __getattr__(self, name):
+  def __getattr__(self, name: str) -> Callable[..., None]:
     if name.startswith("on_"):
       return lambda *args, **kwargs: None
     raise AttributeError(name)

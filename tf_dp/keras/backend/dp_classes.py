@@ -10,10 +10,13 @@ the Keras front end, which asks the adapters), so the adapters cannot
 import them.
 """
 
+import types
+from typing import Tuple
+
 from tf_dp.keras.backend import keras3
 
 
-def _classes(adapter):
+def _classes(adapter: types.ModuleType) -> Tuple[type, type]:
   """``(DP optimizer class, DPBatchNormalization)`` of ``adapter``'s
   flavour, imported on first use."""
   # pylint: disable=g-import-not-at-top
@@ -28,20 +31,20 @@ def _classes(adapter):
           keras2_layers.DPBatchNormalization)
 
 
-def dp_optimizer_class(adapter):
+def dp_optimizer_class(adapter: types.ModuleType) -> type:
   """The class of ``tf_dp.DPOptimizer`` for the flavour of ``adapter``:
   ``DPOptimizerKeras3`` (registered as ``"tf_dp>DPOptimizerKeras3"``) or
   ``DPOptimizerKeras2`` (``"tf_dp>DPOptimizerKeras2"``)."""
   return _classes(adapter)[0]
 
 
-def dp_batch_norm_class(adapter):
+def dp_batch_norm_class(adapter: types.ModuleType) -> type:
   """``DPBatchNormalization`` for the flavour of ``adapter`` (registered as
   ``"tf_dp>DPBatchNormalization"`` in that flavour's Keras)."""
   return _classes(adapter)[1]
 
 
-def register_saved_classes():
+def register_saved_classes() -> None:
   """Imports tf_dp's Keras 3 classes if Keras 3 is installed.
 
   Keras 3's loader finds a class only by its registered name

@@ -9,6 +9,7 @@ first use, so importing this module never needs Keras 2 installed.
 import functools
 import importlib.util
 import sys
+from typing import Any, Callable, Container, List, Optional, Set, Tuple
 
 import tensorflow as tf
 
@@ -21,7 +22,7 @@ NAME = "keras2"
 SHUFFLE_BATCH_KEEPS_BATCH_ORDER = False
 
 
-def module():
+def module() -> Any:
   """The Keras 2 module: ``tf_keras`` if installed, else ``tf.keras`` when
   the installed ``keras`` is 2.x (TF 2.15); None if there is no Keras 2."""
   try:
@@ -35,14 +36,14 @@ def module():
 
 
 @functools.lru_cache(maxsize=None)
-def _tf_keras_installed():
+def _tf_keras_installed() -> bool:
   try:
     return importlib.util.find_spec("tf_keras") is not None
   except (ImportError, ValueError):
     return False
 
 
-def imported_module():
+def imported_module() -> Any:
   """``module()`` if it is already imported, else None (never imports
   ``tf_keras``)."""
   tf_keras = sys.modules.get("tf_keras")
@@ -53,7 +54,7 @@ def imported_module():
   return module()
 
 
-def defines(cls):
+def defines(cls: type) -> bool:
   """Whether the class ``cls`` is Keras 2's own (defined in ``tf_keras``,
   or in ``keras`` when that package is Keras 2)."""
   name = cls.__module__
@@ -64,45 +65,46 @@ def defines(cls):
 # --- Models and layers. ---
 
 
-def all_layers(model):
+def all_layers(model: Any) -> List[Any]:
   """Every layer inside ``model``, recursively (not ``model`` itself)."""
   return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
 
 
-def sublayers(layer):
+def sublayers(layer: Any) -> List[Any]:
   """The layers ``layer`` owns directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
 
 
-def unpack_x_y_sample_weight(data):
+def unpack_x_y_sample_weight(data: Any) -> Tuple[Any, Any, Any]:
   """``(x, y, sample_weight)`` of one element of what ``fit`` iterates."""
   return module().utils.unpack_x_y_sample_weight(data)
 
 
-def batch_norm_classes():
+def batch_norm_classes() -> Tuple[type, ...]:
   """BatchNormalization, SyncBatchNormalization and their Keras bases named
   like them (for ``isinstance``: a subclass of any of them normalises with
   batch statistics, whatever its own name)."""
   layers = module().layers
   roots = [layers.BatchNormalization]
-  experimental = getattr(layers, "experimental", None)
-  if getattr(experimental, "SyncBatchNormalization", None) is not None:
-    roots.append(experimental.SyncBatchNormalization)
-  classes = set()
+  sync = getattr(getattr(layers, "experimental", None),
+                 "SyncBatchNormalization", None)
+  if sync is not None:
+    roots.append(sync)
+  classes: Set[type] = set()
   for root in roots:
     classes.update(c for c in root.__mro__
                    if "BatchNormalization" in c.__name__)
   return tuple(classes)
 
 
-def pfor_hazard_layer_classes():
+def pfor_hazard_layer_classes() -> Tuple[type, ...]:
   """Layer classes that must not run under ``tf.vectorized_map``: none
   (Keras 2's EinsumDense and MultiHeadAttention train under it with oneDNN
   on, measured on TF 2.21)."""
   return ()
 
 
-def make_randomness_per_example(layer):
+def make_randomness_per_example(layer: Any) -> None:
   """Nothing to do: Keras 2's random layers draw with stateful TF ops,
   which give each example its own draw under ``tf.vectorized_map``."""
   del layer
@@ -111,25 +113,25 @@ def make_randomness_per_example(layer):
 # --- Losses. ---
 
 
-def get_loss(identifier):
+def get_loss(identifier: Any) -> Any:
   """A Keras loss from its name (or the object itself)."""
   return module().losses.get(identifier)
 
 
-def loss_container(model):
+def loss_container(model: Any) -> Any:
   """The compiled-loss container of ``model`` (``compile(loss=...)``), or
   None before ``compile``."""
   return getattr(model, "compiled_loss", None)
 
 
-def build_loss_container(container, y_true, y_pred):
+def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
   """Builds the container for these predictions, once."""
   del y_true
   if not getattr(container, "built", False):
     container.build(y_pred)
 
 
-def batch_of_one_loss(container):
+def batch_of_one_loss(container: Any) -> Callable[..., Any]:
   """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
 
   The per-output loop of ``LossesContainer.__call__``: structure conformed
@@ -142,7 +144,7 @@ def batch_of_one_loss(container):
   compile_utils = sys.modules[type(container).__module__]
   losses_utils = compile_utils.losses_utils
 
-  def loss(y_true, y_pred, sample_weight):
+  def loss(y_true: Any, y_pred: Any, sample_weight: Any) -> tf.Tensor:
     y_true = container._conform_to_outputs(y_pred, y_true)  # pylint: disable=protected-access
     sample_weight = container._conform_to_outputs(y_pred, sample_weight)  # pylint: disable=protected-access
     values = []
@@ -165,29 +167,30 @@ def batch_of_one_loss(container):
   return loss
 
 
-def output_mask(tensor):
+def output_mask(tensor: Any) -> Any:
   """The Keras mask carried by a model output, or None."""
   return getattr(tensor, "_keras_mask", None)
 
 
-def set_output_mask(tensor, mask):
+def set_output_mask(tensor: Any, mask: Any) -> None:
   """Attaches ``mask`` to ``tensor`` as Keras's loss reads it."""
   tensor._keras_mask = mask  # pylint: disable=protected-access
 
 
-def added_loss_terms(layer):
+def added_loss_terms(layer: Any) -> List[Any]:
   """The ``add_loss`` terms of ``layer``'s most recent call (itself only)."""
   return list(getattr(layer, "_losses", []))
 
 
-def weight_regularization_terms(model):
+def weight_regularization_terms(model: Any) -> List[Any]:
   """The weight regularisers' penalties (terms that read no data): Keras 2
   lists them in ``model.losses`` (the DP step asks for them only when the
   model adds no ``add_loss`` term; activity regularisers are refused)."""
   return list(model.losses)
 
 
-def reported_loss(model, x, y, y_pred, sample_weight, penalty):
+def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
+                  penalty: Optional[tf.Tensor]) -> Any:
   """The batch loss Keras reports for a step, added to its loss tracker.
 
   ``penalty`` (or None) stands for ``model.losses``: the ``add_loss``
@@ -202,19 +205,20 @@ def reported_loss(model, x, y, y_pred, sample_weight, penalty):
 # --- Optimizers, layers and callbacks. ---
 
 
-def clone_model(model, clone_function, replaced):
+def clone_model(model: Any, clone_function: Callable[[Any], Any],
+                replaced: Container[int]) -> Any:
   """``clone_model`` with ``clone_function`` (Keras 2 calls a clone without
   the original call's ``mask``; ``replaced`` is not needed)."""
   del replaced
   return module().models.clone_model(model, clone_function=clone_function)
 
 
-def group_normalization(**kwargs):
+def group_normalization(**kwargs: Any) -> Any:
   """A new Keras 2 ``GroupNormalization``."""
   return module().layers.GroupNormalization(**kwargs)
 
 
-def get_optimizer(identifier):
+def get_optimizer(identifier: Any) -> Any:
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
 
@@ -227,11 +231,11 @@ class CallbackHooks:
   # Set by subclasses that act on ``on_train_batch_*``.
   train_batch_hooks = False
 
-  def _implements_train_batch_hooks(self):
+  def _implements_train_batch_hooks(self) -> bool:
     return self.train_batch_hooks
 
-  def _implements_test_batch_hooks(self):
+  def _implements_test_batch_hooks(self) -> bool:
     return False
 
-  def _implements_predict_batch_hooks(self):
+  def _implements_predict_batch_hooks(self) -> bool:
     return False

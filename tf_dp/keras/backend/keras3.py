@@ -7,6 +7,7 @@ first use, so importing this module never needs Keras 3 installed.
 """
 
 import sys
+from typing import Any, Callable, Container, List, NoReturn, Optional, Tuple
 
 import tensorflow as tf
 
@@ -19,7 +20,7 @@ NAME = "keras3"
 SHUFFLE_BATCH_KEEPS_BATCH_ORDER = True
 
 
-def module():
+def module() -> Any:
   """The Keras 3 module, or None if ``keras`` is missing or is Keras 2."""
   try:
     import keras  # pylint: disable=g-import-not-at-top
@@ -29,13 +30,13 @@ def module():
       None)
 
 
-def imported_module():
+def imported_module() -> Any:
   """``module()`` if Keras 3 is already imported, else None (never
   imports it)."""
   return module() if "keras" in sys.modules else None
 
 
-def defines(cls):
+def defines(cls: type) -> bool:
   """Whether the class ``cls`` is Keras 3's own (defined in ``keras``)."""
   return cls.__module__.startswith("keras") and module() is not None
 
@@ -43,22 +44,22 @@ def defines(cls):
 # --- Models and layers. ---
 
 
-def all_layers(model):
+def all_layers(model: Any) -> List[Any]:
   """Every layer inside ``model``, recursively (not ``model`` itself)."""
   return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
 
 
-def sublayers(layer):
+def sublayers(layer: Any) -> List[Any]:
   """The layers ``layer`` owns directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
 
 
-def unpack_x_y_sample_weight(data):
+def unpack_x_y_sample_weight(data: Any) -> Tuple[Any, Any, Any]:
   """``(x, y, sample_weight)`` of one element of what ``fit`` iterates."""
   return module().utils.unpack_x_y_sample_weight(data)
 
 
-def batch_norm_classes():
+def batch_norm_classes() -> Tuple[type, ...]:
   """BatchNormalization and its Keras bases named like it (for
   ``isinstance``: a subclass of any of them normalises with batch
   statistics, whatever its own name)."""
@@ -66,7 +67,7 @@ def batch_norm_classes():
   return tuple(c for c in root.__mro__ if "BatchNormalization" in c.__name__)
 
 
-def pfor_hazard_layer_classes():
+def pfor_hazard_layer_classes() -> Tuple[type, ...]:
   """Layer classes whose computation TensorFlow >= 2.16's oneDNN kernels
   corrupt under ``tf.vectorized_map``: EinsumDense and MultiHeadAttention
   build a rank-4 x rank-2 matmul there (tensorflow#117700)."""
@@ -77,8 +78,8 @@ def pfor_hazard_layer_classes():
 # --- Randomness: one independent draw per example. ---
 
 
-def _per_example_dropout(layer):
-  def call(inputs, training=False):
+def _per_example_dropout(layer: Any) -> Callable[..., Any]:
+  def call(inputs: Any, training: Any = False) -> Any:
     if not training or layer.rate == 0:
       return inputs
     shape = None
@@ -91,8 +92,8 @@ def _per_example_dropout(layer):
   return call
 
 
-def _per_example_gaussian_noise(layer):
-  def call(inputs, training=False):
+def _per_example_gaussian_noise(layer: Any) -> Callable[..., Any]:
+  def call(inputs: Any, training: Any = False) -> Any:
     if not training or layer.stddev == 0:
       return inputs
     return inputs + tf.random.normal(tf.shape(inputs), stddev=layer.stddev,
@@ -100,8 +101,8 @@ def _per_example_gaussian_noise(layer):
   return call
 
 
-def _per_example_gaussian_dropout(layer):
-  def call(inputs, training=False):
+def _per_example_gaussian_dropout(layer: Any) -> Callable[..., Any]:
+  def call(inputs: Any, training: Any = False) -> Any:
     if not training or layer.rate == 0:
       return inputs
     stddev = (layer.rate / (1.0 - layer.rate)) ** 0.5
@@ -123,7 +124,7 @@ _RANDOM_LAYER_PATCHES = {
 }
 
 
-def make_randomness_per_example(layer):
+def make_randomness_per_example(layer: Any) -> None:
   """Makes ``layer`` draw independently for each example under
   ``tf.vectorized_map``, or refuses it.
 
@@ -162,12 +163,12 @@ def make_randomness_per_example(layer):
 # --- Losses. ---
 
 
-def get_loss(identifier):
+def get_loss(identifier: Any) -> Any:
   """A Keras loss from its name (or the object itself)."""
   return module().losses.get(identifier)
 
 
-def loss_container(model):
+def loss_container(model: Any) -> Any:
   """The compiled-loss container of ``model`` (``compile(loss=...)``), or
   None before ``compile``."""
   return getattr(model, "_compile_loss", None)
@@ -177,7 +178,7 @@ class _Built(Exception):
   """Raised by ``build_loss_container`` once the container is built."""
 
 
-def build_loss_container(container, y_true, y_pred):
+def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
   """Builds the container for these labels and predictions, once.
 
   Keras builds it inside ``call``, after matching the labels' structure to
@@ -191,7 +192,7 @@ def build_loss_container(container, y_true, y_pred):
   view = object.__new__(type(container))
   view.__dict__.update(container.__dict__)
 
-  def build(matched_y_true, matched_y_pred):
+  def build(matched_y_true: Any, matched_y_pred: Any) -> NoReturn:
     container.build(matched_y_true, matched_y_pred)
     raise _Built()
 
@@ -204,7 +205,7 @@ def build_loss_container(container, y_true, y_pred):
     container.build(y_true, y_pred)
 
 
-def _is_mean_reduction(loss_obj):
+def _is_mean_reduction(loss_obj: Any) -> bool:
   return str(getattr(loss_obj, "reduction", "sum_over_batch_size")).lower() in (
       "sum_over_batch_size", "mean", "auto", "mean_with_sample_weight")
 
@@ -212,13 +213,13 @@ def _is_mean_reduction(loss_obj):
 class _Rescaled:
   """A loss function multiplied by a constant."""
 
-  def __init__(self, loss_fn, factor):
+  def __init__(self, loss_fn: Callable[..., Any], factor: float) -> None:
     self._loss_fn = loss_fn
     self._factor = factor
     self.name = getattr(loss_fn, "name", "loss")
     self.reduction = getattr(loss_fn, "reduction", None)
 
-  def __call__(self, *args, **kwargs):
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
     return self._loss_fn(*args, **kwargs) * self._factor
 
 
@@ -226,15 +227,15 @@ class _Untracked:
   """Stands in for one output's loss tracker: records nothing, counts the
   values it was offered."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.calls = 0
 
-  def update_state(self, *args, **kwargs):
+  def update_state(self, *args: Any, **kwargs: Any) -> None:
     del args, kwargs
     self.calls += 1
 
 
-def batch_of_one_loss(container):
+def batch_of_one_loss(container: Any) -> Callable[..., Any]:
   """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
 
   A private view of the ``CompileLoss`` container with the same structure
@@ -263,7 +264,7 @@ def batch_of_one_loss(container):
       flat.append(type(entry)(entry[0], loss_fn, *entry[2:]))
     view.__dict__["_flat_losses"] = flat
 
-  def loss(y_true, y_pred, sample_weight=None):
+  def loss(y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
     for tracker in trackers:
       tracker.calls = 0
     value = view.call(y_true, y_pred, sample_weight)
@@ -278,22 +279,22 @@ def batch_of_one_loss(container):
   return loss
 
 
-def output_mask(tensor):
+def output_mask(tensor: Any) -> Any:
   """The Keras mask carried by a model output, or None."""
   return getattr(tensor, "_keras_mask", None)
 
 
-def set_output_mask(tensor, mask):
+def set_output_mask(tensor: Any, mask: Any) -> None:
   """Attaches ``mask`` to ``tensor`` as Keras's loss reads it."""
   tensor._keras_mask = mask  # pylint: disable=protected-access
 
 
-def added_loss_terms(layer):
+def added_loss_terms(layer: Any) -> List[Any]:
   """The ``add_loss`` terms of ``layer``'s most recent call (itself only)."""
   return list(getattr(layer, "_losses", []))
 
 
-def _layer_regularizers(layer):
+def _layer_regularizers(layer: Any) -> List[Any]:
   out = []
   for attr, var_attr in (("kernel_regularizer", "kernel"),
                          ("bias_regularizer", "bias"),
@@ -306,7 +307,7 @@ def _layer_regularizers(layer):
   return out
 
 
-def weight_regularization_terms(model):
+def weight_regularization_terms(model: Any) -> List[Any]:
   """The weight regularisers' penalties (terms that read no data)."""
   terms = [v.regularizer(v) for v in model.trainable_weights
            if getattr(v, "regularizer", None) is not None]
@@ -314,7 +315,8 @@ def weight_regularization_terms(model):
                   for term in _layer_regularizers(layer)]
 
 
-def reported_loss(model, x, y, y_pred, sample_weight, penalty):
+def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
+                  penalty: Optional[tf.Tensor]) -> Any:
   """The batch loss Keras reports for a step, added to its loss tracker.
 
   ``penalty`` (or None) stands for ``model.losses``: the ``add_loss``
@@ -335,12 +337,13 @@ def reported_loss(model, x, y, y_pred, sample_weight, penalty):
 # --- Optimizers, layers and callbacks. ---
 
 
-def clone_model(model, clone_function, replaced):
+def clone_model(model: Any, clone_function: Callable[[Any], Any],
+                replaced: Container[int]) -> Any:
   """``keras.models.clone_model`` with ``clone_function``, nested models
   too; a new layer whose id is in ``replaced`` is called without the
   ``mask`` its original's call recorded (a replacement may not take one).
   """
-  def call_function(layer, *args, **kwargs):
+  def call_function(layer: Any, *args: Any, **kwargs: Any) -> Any:
     if id(layer) in replaced:
       kwargs.pop("mask", None)
     return layer(*args, **kwargs)
@@ -349,12 +352,12 @@ def clone_model(model, clone_function, replaced):
                                      recursive=True)
 
 
-def group_normalization(**kwargs):
+def group_normalization(**kwargs: Any) -> Any:
   """A new ``keras.layers.GroupNormalization``."""
   return module().layers.GroupNormalization(**kwargs)
 
 
-def get_optimizer(identifier):
+def get_optimizer(identifier: Any) -> Any:
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
 

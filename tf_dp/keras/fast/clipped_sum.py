@@ -27,7 +27,8 @@ ordinary training step.
 """
 
 import contextlib
-from typing import Any, List, Tuple
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple,
+                    Optional, Sequence, Set, Tuple, Type)
 
 import tensorflow as tf
 
@@ -47,18 +48,18 @@ from tf_dp.keras.fast import taps as taps_lib
 FastPathUnavailable = linear.FastPathUnavailable
 
 
-def is_model(layer):
+def is_model(layer: Any) -> bool:
   """Whether ``layer`` is a Keras model (it has layers and compiles)."""
   return hasattr(layer, "layers") and hasattr(layer, "compile")
 
 
-def _sublayers(layer):
+def _sublayers(layer: Any) -> List[Any]:
   if is_model(layer):
     return layer.layers
   return backend.for_object(layer).sublayers(layer)
 
 
-def trainable_of(layer, trainable):
+def trainable_of(layer: Any, trainable: Set[int]) -> List[Any]:
   """The variables of ``layer`` (its sublayers' included) whose ids are in
   ``trainable``: the model's trainable variables, the source of truth (a
   Keras 3 layer set non-trainable lists none of its own, yet a sublayer
@@ -66,14 +67,14 @@ def trainable_of(layer, trainable):
   return [v for v in layer.variables if id(v) in trainable]
 
 
-def owns_trainable_variables(layer, trainable):
+def owns_trainable_variables(layer: Any, trainable: Set[int]) -> bool:
   """Whether ``layer`` holds trainable variables that none of its
   sublayers holds (its own weights, as opposed to its sublayers')."""
   held = {id(v) for sub in _sublayers(layer) for v in sub.variables}
   return any(id(v) not in held for v in trainable_of(layer, trainable))
 
 
-def _tapped_through_sublayers(layer, trainable):
+def _tapped_through_sublayers(layer: Any, trainable: Set[int]) -> bool:
   """Models, registered composites, and layers without a rule whose
   trainable variables all belong to sublayers (transformer blocks,
   MultiHeadAttention and its subclasses): whatever class they are."""
@@ -84,11 +85,11 @@ def _tapped_through_sublayers(layer, trainable):
           and not owns_trainable_variables(layer, trainable))
 
 
-def _trainable_ids(model):
+def _trainable_ids(model: Any) -> Set[int]:
   return {id(v) for v in model.trainable_variables}
 
 
-def trainable_units(model):
+def trainable_units(model: Any) -> List[Any]:
   """The layers tapped by the fast path: every layer that holds trainable
   variables, reached through models and through layers whose trainable
   variables all belong to sublayers (``_tapped_through_sublayers``).
@@ -97,7 +98,7 @@ def trainable_units(model):
   units = []
   visited = set()
 
-  def visit(layer):
+  def visit(layer: Any) -> None:
     # A layer reached twice (a task model's head calling its backbone's
     # token embedding in reverse) is one unit.
     if id(layer) in visited or not trainable_of(layer, trainable):
@@ -114,12 +115,12 @@ def trainable_units(model):
   return units
 
 
-def fast_path_unavailable_reason(model, query):
+def fast_path_unavailable_reason(model: Any, query: Any) -> Optional[str]:
   """None if the fast path applies to (model, query), else why not."""
   if not getattr(query, "supports_record_scales", lambda: False)():
     return f"the query {type(query).__name__} does not provide record_scales"
   trainable = _trainable_ids(model)
-  seen = {}
+  seen: Dict[int, str] = {}
   for unit in trainable_units(model):
     for v in trainable_of(unit, trainable):
       key = id(v)
@@ -132,12 +133,12 @@ def fast_path_unavailable_reason(model, query):
   return None
 
 
-def _covered_by_units(model):
+def _covered_by_units(model: Any) -> Dict[int, Any]:
   """``{layer id: unit}`` for the layers inside each tapped unit (not the
   units themselves): their variables are the unit's rule's."""
   covered = {}
 
-  def visit(layer, unit):
+  def visit(layer: Any, unit: Any) -> None:
     for sub in _sublayers(layer):
       if id(sub) not in covered:
         covered[id(sub)] = unit
@@ -200,7 +201,7 @@ VECTORIZED_EINSUM_ERROR = (
     "tf_dp.keras.fast.register_rule(YourLayer, rule).")
 
 
-def _einsum_classes():
+def _einsum_classes() -> Tuple[Type[Any], ...]:
   """Keras 3's EinsumDense and MultiHeadAttention (tf-keras 2.21's train
   under vectorized_map with oneDNN on: measured, MHA model, 3 epochs): the
   imported adapters' ``pfor_hazard_layer_classes`` (a layer of a flavour
@@ -209,7 +210,7 @@ def _einsum_classes():
                for cls in adapter.pfor_hazard_layer_classes())
 
 
-def vectorized_map_hazard(layers):
+def vectorized_map_hazard(layers: Iterable[Any]) -> Optional[str]:
   """An error message if any of ``layers`` must not run under
   ``tf.vectorized_map`` on this TensorFlow, else None.
 
@@ -230,13 +231,13 @@ def vectorized_map_hazard(layers):
   return None
 
 
-def _float32(t):
+def _float32(t: Any) -> Any:
   if tf.is_tensor(t) and t.dtype.is_floating and t.dtype != tf.float32:
     return tf.cast(t, tf.float32)
   return t
 
 
-def _in_float32(tap):
+def _in_float32(tap: taps_lib.Tap) -> taps_lib.Tap:
   """``tap`` with its floating inputs and output in float32: rules compute
   per-record norms and sums in float32 whatever the layer's compute dtype
   (bfloat16 under ``mixed_bfloat16``, float64 under ``floatx="float64"``),
@@ -245,14 +246,16 @@ def _in_float32(tap):
                       tap.kwargs, tf.nest.map_structure(_float32, tap.output))
 
 
-def _records(tensor, num_microbatches):
+def _records(tensor: tf.Tensor, num_microbatches: Optional[int]) -> tf.Tensor:
   batch = tf.shape(tensor)[0]
   if num_microbatches is None:
     return batch
   return tf.convert_to_tensor(num_microbatches, tf.int32)
 
 
-def _check_taps_cover(units, rules, variables, read_outside, read_inside):
+def _check_taps_cover(units: Sequence[Any], rules: Dict[int, Any],
+                      variables: Sequence[Any], read_outside: Iterable[Any],
+                      read_inside: Sequence[Sequence[Any]]) -> None:
   """Raises FastPathUnavailable unless every trainable variable's gradient
   comes from the taps: each rule accounts for exactly its layer's trainable
   variables, and none is read outside the call of the layer holding it
@@ -285,7 +288,8 @@ def _check_taps_cover(units, rules, variables, read_outside, read_inside):
           "account for exactly its trainable variables")
 
 
-def _check_calls(unit, rules, session, graph):
+def _check_calls(unit: Any, rules: Dict[int, Any], session: taps_lib.TapSession,
+                 graph: Any) -> None:
   """Raises FastPathUnavailable unless the unit's calls can be handled
   (each recorded in ``graph``, the loss's, not inside a loop or a
   vectorized map of its parent); gives units without a rule the per-layer
@@ -313,12 +317,14 @@ def _check_calls(unit, rules, session, graph):
         session.original_call(unit)[0])
 
 
-def _ready(grads):
+def _ready(grads: Any) -> List[tf.Tensor]:
   """The output gradients' tensors (control inputs: ``tf.Tensor`` only)."""
   return [t for t in tf.nest.flatten(grads) if isinstance(t, tf.Tensor)]
 
 
-def _prepare(rule, unit, taps, outputs, grads, records):
+def _prepare(rule: Any, unit: Any, taps: Sequence[taps_lib.Tap],
+             outputs: Sequence[Any], grads: Sequence[Any],
+             records: linear.Records) -> linear.RuleState:
   """The rule's state from the unit's taps and their output gradients
   (zeros where an output does not reach the loss)."""
   grads = [tf.nest.map_structure(tf.zeros_like, out) if grad is None
@@ -331,8 +337,20 @@ def _prepare(rule, unit, taps, outputs, grads, records):
   return rule.prepare_calls(unit, taps, grads, records)
 
 
-def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
-                 pre_activation, records, record_reduction):
+class _TappedStep(NamedTuple):
+  """``_proven_taps``'s result: per unit, its calls' taps, their output
+  gradients and what the rules read of them."""
+  y_pred: Any
+  losses: tf.Tensor
+  unit_taps: List[List[taps_lib.Tap]]
+  out_grads: List[List[Any]]
+  read_grads: List[List[Any]]
+
+
+def _proven_taps(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+                 sample_weight: Any, units: Sequence[Any],
+                 rules: Dict[int, Any], pre_activation: Dict[int, bool],
+                 records: linear.Records, record_reduction: str) -> _TappedStep:
   """One batched forward pass with the units tapped, the loss, and the
   backward pass to the taps, proven by the privacy gate
   (``tf_dp.keras.privacy_gate``) to keep examples apart.
@@ -342,8 +360,7 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
   ``each_example_alone``) gives per-example gradients by construction, and
   the gate then labels the model's backward pass from them.
 
-  Returns ``(y_pred, losses, taps per unit, output gradients per unit,
-  what the rules read of them per unit)``.
+  Returns a ``_TappedStep``.
 
   Raises:
     FastPathUnavailable: if the model's calls cannot be tapped, or the gate
@@ -416,12 +433,36 @@ def _proven_taps(model, loss_fn, x, y, sample_weight, units, rules,
     read_grads[index][0] = tf.nest.pack_sequence_as(
         out_grads[index][0], [g if s is None else s[0] for g, s in zip(
             tf.nest.flatten(out_grads[index][0]), layout.summed)])
-  return y_pred, losses, unit_taps, out_grads, read_grads
+  return _TappedStep(y_pred, losses, unit_taps, out_grads, read_grads)
 
 
-def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
-                      num_microbatches=None, return_taps=False,
-                      record_reduction="mean", record_weights=None):
+class ClippedBatchSum(NamedTuple):
+  """The fast path's result for one batch (``clipped_batch_sum``)."""
+  # The query's preprocessed sum of the records' gradients.
+  preprocessed_sum: Any
+  y_pred: Any
+  # Per-example losses ``[batch]``.
+  losses: tf.Tensor
+  # The number of records (a scalar int32 tensor).
+  records: tf.Tensor
+
+
+class TappedBatchSum(NamedTuple):
+  """``tapped_clipped_batch_sum``'s result: the clipped sum, the last tap
+  of each tapped unit by layer id, and the indices of the trainable
+  variables without a gradient (``gradient_presence.without_gradient``:
+  their sums are zeros; the step leaves them out of the update)."""
+  clipped: ClippedBatchSum
+  taps: Dict[int, taps_lib.Tap]
+  without_gradient: FrozenSet[int]
+
+
+def clipped_batch_sum(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
+                      sample_weight: Any, query: Any, params: Any,
+                      num_microbatches: Optional[int] = None,
+                      record_reduction: str = "mean",
+                      record_weights: Optional[tf.Tensor] = None
+                      ) -> ClippedBatchSum:
   """Sum over the batch's records of ``query.preprocess_record(grads)``.
 
   A record is one example, or ``batch / num_microbatches`` consecutive
@@ -438,10 +479,8 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   per record (an adaptive clip's unclipped bits), as
   ``vectorized.clipped_sum`` leaves them out.
 
-  Returns ``(preprocessed_sum, y_pred, per_example_losses, num_records)``,
-  plus, if ``return_taps``, the taps by layer id and the indices of the
-  variables without a gradient (``gradient_presence.without_gradient``:
-  their sums are zeros; the step leaves them out of the update).
+  Called eagerly, it traces itself first: what the step uses is what the
+  privacy gate proves, a traced graph.
 
   Raises:
     FastPathUnavailable: at trace time, if a layer whose rule takes one
@@ -450,16 +489,34 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
       (``gradient_presence.check_sums_follow_calls``).
   """
   if tf.executing_eagerly():
-    if return_taps:
-      raise ValueError("clipped_batch_sum(return_taps=True) runs inside a "
-                       "traced function only.")
-    # What the step uses is what the gate proves: a traced graph.
     traced = tf.function(
         lambda x, y, w: clipped_batch_sum(
             model, loss_fn, x, y, w, query, params, num_microbatches,
             record_reduction=record_reduction, record_weights=record_weights),
         autograph=False)
     return traced(x, y, sample_weight)
+  return tapped_clipped_batch_sum(
+      model, loss_fn, x, y, sample_weight, query, params, num_microbatches,
+      record_reduction, record_weights).clipped
+
+
+def tapped_clipped_batch_sum(model: Any, loss_fn: Callable[..., Any], x: Any,
+                             y: Any, sample_weight: Any, query: Any,
+                             params: Any,
+                             num_microbatches: Optional[int] = None,
+                             record_reduction: str = "mean",
+                             record_weights: Optional[tf.Tensor] = None
+                             ) -> TappedBatchSum:
+  """``clipped_batch_sum`` inside a traced function, with the taps and the
+  variables without a gradient (``TappedBatchSum``).
+
+  Raises:
+    ValueError: if called eagerly.
+    FastPathUnavailable: as ``clipped_batch_sum``.
+  """
+  if tf.executing_eagerly():
+    raise ValueError("tapped_clipped_batch_sum runs inside a traced "
+                     "function only.")
   variables = model.trainable_variables
   units = trainable_units(model)
   rules = {id(u): rules_lib.rule_for(u) for u in units}
@@ -518,7 +575,7 @@ def clipped_batch_sum(model, loss_fn, x, y, sample_weight, query, params,
   extra_sum = tf.nest.map_structure(
       lambda e: tf.reduce_sum(tf.where(counted, e, tf.zeros_like(e)), 0),
       extra)
-  out = (query.preprocessed_sum(scaled_sum, extra_sum), y_pred, losses,
-         records)
+  clipped = ClippedBatchSum(query.preprocessed_sum(scaled_sum, extra_sum),
+                            y_pred, losses, records)
   last_taps = {id(unit): taps[-1] for unit, taps in zip(units, unit_taps)}
-  return out + (last_taps, absent) if return_taps else out
+  return TappedBatchSum(clipped, last_taps, absent)

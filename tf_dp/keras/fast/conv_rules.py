@@ -9,21 +9,24 @@ uses for the layer (Conv2DBackpropFilter and friends) applied to the
 per-record scaled output gradients, so no patches are formed for the sum.
 """
 
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import taps as taps_lib
 
 
-def _padding(layer):
+def _padding(layer: Any) -> str:
   return str(layer.padding).upper()
 
 
-def _channels_last(layer):
+def _channels_last(layer: Any) -> bool:
   return getattr(layer, "data_format", "channels_last") == "channels_last"
 
 
-def _as_2d(layer):
+def _as_2d(layer: Any) -> Tuple[List[int], List[int], List[int]]:
   """kernel size, strides and dilations as 2-D lists (1-D gets a unit row)."""
   ks, st, dl = (list(layer.kernel_size), list(layer.strides),
                 list(layer.dilation_rate))
@@ -51,7 +54,8 @@ GATHERED_PATCHES_MIN_CHANNELS = 6
 GATHERED_PATCHES_MAX_INDICES = 1 << 20
 
 
-def _patches(x, ks, st, dl, padding):
+def _patches(x: tf.Tensor, ks: List[int], st: List[int], dl: List[int],
+             padding: str) -> tf.Tensor:
   """[B, *spatial, C] -> [B, T, F] with F = prod(ks) * C.
 
   Each row holds the input values under one kernel position in the
@@ -81,7 +85,8 @@ def _patches(x, ks, st, dl, padding):
   return linear.example_rows(patches, [features])
 
 
-def _window(size, kernel, stride, dilation, padding):
+def _window(size: int, kernel: int, stride: int, dilation: int,
+            padding: str) -> Tuple[int, int]:
   """(outputs, zeros before) of one axis of a convolution."""
   extent = dilation * (kernel - 1) + 1
   if padding == "SAME":
@@ -90,7 +95,8 @@ def _window(size, kernel, stride, dilation, padding):
   return (size - extent) // stride + 1, 0
 
 
-def _gathered_patches(x, ks, st, dl, padding):
+def _gathered_patches(x: tf.Tensor, ks: List[int], st: List[int], dl: List[int],
+                      padding: str) -> Optional[tf.Tensor]:
   """``[B, out_h * out_w, kh * kw * C]`` patches of a 2-D convolution by
   one gather of ``x``'s pixels, or None when a spatial size is not static
   or there are more than ``GATHERED_PATCHES_MAX_INDICES`` kernel positions.
@@ -122,7 +128,7 @@ def _gathered_patches(x, ks, st, dl, padding):
   return tf.reshape(patches, [-1, out_h * out_w, ks[0] * ks[1] * channels])
 
 
-def _grouped(t, groups, inner):
+def _grouped(t: tf.Tensor, groups: int, inner: int) -> tf.Tensor:
   """[B, T, outer * groups * inner] -> [B, T, groups, outer * inner]."""
   if groups == 1:
     return tf.expand_dims(t, 2)
@@ -131,7 +137,9 @@ def _grouped(t, groups, inner):
   return tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], groups, -1])
 
 
-def _backprop_filter(x, filter_shape, g, strides, padding, dilations):
+def _backprop_filter(x: tf.Tensor, filter_shape: List[int], g: tf.Tensor,
+                     strides: List[int], padding: str,
+                     dilations: List[int]) -> tf.Tensor:
   """The kernel gradient of a 2-D or 3-D convolution (NHWC / NDHWC)."""
   if max(dilations) > 1:
     # TensorFlow's CPU kernels without oneDNN (the default on CPUs without
@@ -160,7 +168,8 @@ def _backprop_filter(x, filter_shape, g, strides, padding, dilations):
 SINGLE_CHANNEL_CHUNK = 64
 
 
-def _single_channel_kernel_grads(layer, x, g):
+def _single_channel_kernel_grads(layer: Any, x: tf.Tensor,
+                                 g: tf.Tensor) -> Optional[tf.Tensor]:
   """``[kh, kw, B, C_out]`` per-example kernel gradients of an undilated,
   ungrouped 1-D or 2-D convolution with one input channel, or None.
 
@@ -180,7 +189,7 @@ def _single_channel_kernel_grads(layer, x, g):
     x, g, st = x[:, None], g[:, None], [st[1], st[1]]
   elif st[0] != st[1]:
     return None  # No kernel for unequal strides without oneDNN.
-  positions = 1
+  positions: Optional[int] = 1
   for d in g.shape[1:-1]:
     positions = None if d is None or positions is None else positions * d
   kernel, out = ks[0] * ks[1], g.shape[-1]
@@ -203,7 +212,9 @@ def _single_channel_kernel_grads(layer, x, g):
 class ConvRule(linear.LinearRule):
   """keras.layers.Conv1D / Conv2D (any groups) / Conv3D (no dilation)."""
 
-  def kernel_norms_and_grads(self, layer, x, g, records):
+  def kernel_norms_and_grads(
+      self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+      records: linear.Records) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
     grads = _single_channel_kernel_grads(layer, x, g)
     if grads is not None:
       # [kh * kw, R, m, C_out]: a record's gradient sums its m examples'.
@@ -224,14 +235,15 @@ class ConvRule(linear.LinearRule):
     # [R, K, C]: patch rows are in the kernel's order (``_patches``).
     return linear.kept_gradients(a, g)
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     rank = len(layer.kernel_size)
     return (super().supports(layer) and _channels_last(layer)
             and str(layer.padding).lower() in ("valid", "same")
             and (rank < 3 or (max(layer.dilation_rate) == 1
                               and getattr(layer, "groups", 1) == 1)))
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: linear.Records) -> Tuple[tf.Tensor, tf.Tensor]:
     ks, st, dl = _as_2d(layer)
     if len(layer.kernel_size) == 1:
       x = x[:, None]
@@ -242,7 +254,7 @@ class ConvRule(linear.LinearRule):
     g = linear.example_rows(g, [groups, g.shape[-1] // groups])
     return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     shape = list(layer.kernel.shape)
     strides, dilations = list(layer.strides), list(layer.dilation_rate)
     if len(layer.kernel_size) == 1:
@@ -261,14 +273,15 @@ class ConvRule(linear.LinearRule):
         for xi, gi in zip(xs, gs)], -1)
 
 
-def _depthwise_supported(layer):
+def _depthwise_supported(layer: Any) -> bool:
   strides, dilations = list(layer.strides), list(layer.dilation_rate)
   return (len(strides) == 2 and _channels_last(layer)
           and str(layer.padding).lower() in ("valid", "same")
           and not (max(strides) > 1 and max(dilations) > 1))
 
 
-def _depthwise_rows(layer, kernel, x, g, records):
+def _depthwise_rows(layer: Any, kernel: Any, x: tf.Tensor, g: tf.Tensor,
+                    records: linear.Records) -> Tuple[tf.Tensor, tf.Tensor]:
   """Rows of the depthwise kernel [kh, kw, C, M]: C groups of K=kh*kw."""
   ks, st, dl = list(layer.kernel_size), list(layer.strides), list(
       layer.dilation_rate)
@@ -280,13 +293,14 @@ def _depthwise_rows(layer, kernel, x, g, records):
   return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
 
-def _depthwise(layer, kernel, x):
+def _depthwise(layer: Any, kernel: Any, x: tf.Tensor) -> tf.Tensor:
   return tf.nn.depthwise_conv2d(x, kernel, [1] + list(layer.strides) + [1],
                                 _padding(layer),
                                 dilations=list(layer.dilation_rate))
 
 
-def _depthwise_sum(layer, kernel, x, g):
+def _depthwise_sum(layer: Any, kernel: Any, x: tf.Tensor,
+                   g: tf.Tensor) -> tf.Tensor:
   """Kernel gradient of the depthwise convolution for output gradient g."""
   if max(layer.dilation_rate) == 1:
     return tf.nn.depthwise_conv2d_backprop_filter(
@@ -304,19 +318,20 @@ def _depthwise_sum(layer, kernel, x, g):
 class DepthwiseConv2DRule(linear.LinearRule):
   """keras.layers.DepthwiseConv2D (channels_last)."""
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return super().supports(layer) and _depthwise_supported(layer)
 
-  def kernel(self, layer):
+  def kernel(self, layer: Any) -> Any:
     """Keras 3 names the depthwise kernel ``kernel``, Keras 2
     ``depthwise_kernel``."""
     kernel = getattr(layer, "depthwise_kernel", None)
     return layer.kernel if kernel is None else kernel
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: linear.Records) -> Tuple[tf.Tensor, tf.Tensor]:
     return _depthwise_rows(layer, self.kernel(layer), x, g, records)
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     return _depthwise_sum(layer, self.kernel(layer), x, g)
 
 
@@ -327,13 +342,14 @@ class SeparableConv2DRule(linear.LinearRule):
   kernel is a Dense kernel on u, the depthwise one sees ``g W_p^T``.
   """
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return super().supports(layer) and _depthwise_supported(layer)
 
-  def kernel_variables(self, layer):
+  def kernel_variables(self, layer: Any) -> List[Any]:
     return [layer.depthwise_kernel, layer.pointwise_kernel]
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
+              records: linear.Records) -> linear.RuleState:
     state = super().prepare(layer, tap, out_grad, records)
     u = _depthwise(layer, layer.depthwise_kernel, state["x"])
     pointwise = tf.reshape(layer.pointwise_kernel,
@@ -344,12 +360,14 @@ class SeparableConv2DRule(linear.LinearRule):
     state.update(u=u, g_u=g_u)
     return state
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[Any],
+                    records: linear.Records) -> linear.RuleState:
     raise linear.FastPathUnavailable(
         f"layer {layer.name!r} is called {len(taps)} times in one forward "
         "pass")
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     layer, records = state["layer"], state["records"]
     a, g = _depthwise_rows(layer, layer.depthwise_kernel, state["x"],
                            state["g_u"], records)
@@ -363,7 +381,8 @@ class SeparableConv2DRule(linear.LinearRule):
       norms.append(linear.exact_sq_norms(state["bias_grads"]))
     return norms
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     layer, records = state["layer"], state["records"]
     x, u = (linear.per_example(state[k], records, keep) for k in ("x", "u"))
     g, g_u = (linear.per_example(state[k], records, keep)
@@ -388,25 +407,27 @@ class Conv2DTransposeRule(linear.LinearRule):
   and the per-position "output gradients" are the inputs x.
   """
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return (super().supports(layer) and _channels_last(layer)
             and len(layer.kernel_size) == 2
             and str(layer.padding).lower() in ("valid", "same")
             and getattr(layer, "output_padding", None) is None
             and max(layer.dilation_rate) == 1)
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: linear.Records) -> Tuple[tf.Tensor, tf.Tensor]:
     ks, st = list(layer.kernel_size), list(layer.strides)
     a = _patches(g, ks, st, [1, 1], _padding(layer))  # [B, T_x, kh*kw*F]
     x = linear.example_rows(x, [x.shape[-1]])
     return linear.per_record(a, records), linear.per_record(x, records)
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     return _backprop_filter(g, list(layer.kernel.shape), x,
                             list(layer.strides), _padding(layer), [1, 1])
 
 
-def register_all(register, modules):
+def register_all(register: Callable[[type, Any], None],
+                 modules: Sequence[Any]) -> None:
   """Registers these rules for the layer classes of each Keras module."""
   for keras in modules:
     layers = keras.layers

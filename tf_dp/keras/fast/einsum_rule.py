@@ -15,13 +15,20 @@ gradient is the kernel gradient of an einsum derived from the layer's
 """
 
 import string
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import taps as taps_lib
+
+# An einsum's ``(input, kernel, output)`` letter strings.
+Specs = Tuple[str, str, str]
+# Grouped rows ``(a, g)`` of a kernel gradient (``linear.py``).
+Rows = Tuple[tf.Tensor, tf.Tensor]
 
 
-def parse_equation(equation, input_rank):
+def parse_equation(equation: str, input_rank: int) -> Optional[Specs]:
   """``(input, kernel, output)`` letter strings with ``...`` spelled out,
   or None if the equation has a form this rule does not handle."""
   equation = equation.replace(" ", "")
@@ -48,7 +55,8 @@ def parse_equation(equation, input_rank):
   return inp, ker, out
 
 
-def letter_classes(inp, ker, out):
+def letter_classes(inp: str, ker: str,
+                   out: str) -> Tuple[str, str, str, str, str]:
   """``(batch, positions, groups, contracted, features)`` letter strings."""
   batch = inp[0]
   positions = "".join(c for c in inp[1:] if c in out and c not in ker)
@@ -58,14 +66,15 @@ def letter_classes(inp, ker, out):
   return batch, positions, groups, contracted, features
 
 
-def _size(shape, ker, letters):
+def _size(shape: Sequence[int], ker: str, letters: str) -> int:
   size = 1
   for c in letters:
     size *= shape[ker.index(c)]
   return size
 
 
-def einsum_rows(specs, kernel_shape, x, g, records):
+def einsum_rows(specs: Specs, kernel_shape: Sequence[int], x: tf.Tensor,
+                g: tf.Tensor, records: linear.Records) -> Rows:
   """Grouped rows ``(a, g)`` (``linear.py``) of the kernel gradient of
   ``z = einsum(inp,ker->out, x, kernel)`` for parsed ``specs``."""
   inp, ker, out = specs
@@ -81,7 +90,7 @@ def einsum_rows(specs, kernel_shape, x, g, records):
   return linear.grouped_rows(a, records), linear.grouped_rows(g, records)
 
 
-def lora_specs(specs):
+def lora_specs(specs: Specs) -> Optional[Tuple[Specs, Specs, str]]:
   """``(down, up, back)`` of a LoRA kernel ``k = k0 + s a b``, ``a`` of
   shape ``k.shape[:-1] + (rank,)`` and ``b`` of ``(rank, k.shape[-1])``:
   parsed specs of ``h = einsum(x, a)`` and ``z = einsum(h, b)``, and the
@@ -114,9 +123,13 @@ class LoraFactors:
   its norms bound.
   """
 
-  def __init__(self, specs, x, g, a, b, scale, records):
+  def __init__(self, specs: Specs, x: tf.Tensor, g: tf.Tensor, a: Any, b: Any,
+               scale: float, records: linear.Records) -> None:
     self.specs = specs
-    self.down, self.up, back = lora_specs(specs)
+    # Layers whose specs have no LoRA factors are not supported (the rule's
+    # ``supports``): never built.
+    self.down, self.up, back = cast(Tuple[Specs, Specs, str],
+                                    lora_specs(specs))
     self.a, self.b, self.scale = a, b, scale
     a = tf.cast(a, x.dtype)
     b = tf.cast(b, x.dtype)
@@ -125,7 +138,7 @@ class LoraFactors:
     inp, ker_a, hidden = self.down
     self.h = scale * tf.einsum(f"{inp},{ker_a}->{hidden}", x, a)
 
-  def rows(self):
+  def rows(self) -> Tuple[Rows, Rows, tf.Tensor]:
     """``(rows of a's gradient, rows of b's gradient, [R] mass)``: grouped
     rows (``linear.py``) of the two factor gradients, and the record's mass
     over the layer's own kernel rows (``linear.position_mass``)."""
@@ -137,11 +150,12 @@ class LoraFactors:
     return (einsum_rows(self.down, a_shape, self.x, self.g_back, records),
             einsum_rows(self.up, b_shape, self.h, self.g, records), mass)
 
-  def sq_norms(self):
+  def sq_norms(self) -> List[tf.Tensor]:
     """Certified for the exact factor gradients (``lora_sq_norms``)."""
     return lora_sq_norms([self])
 
-  def clipped_sums(self, scales, keep):
+  def clipped_sums(self, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     records = self.records
     kept = lambda t: linear.per_example(t, records, keep)
     scaled = lambda t, s: linear.per_example(kept(t), records, s)
@@ -153,7 +167,7 @@ class LoraFactors:
                       scaled(self.g, scales[1]))]
 
 
-def lora_sq_norms(calls):
+def lora_sq_norms(calls: Sequence[LoraFactors]) -> List[tf.Tensor]:
   """``[R]`` certified squared norms of the factor gradients ``a``, ``b``
   summed over ``calls`` (``LoraFactors`` of one layer's calls in one forward
   pass: a shared layer). A record's gradient of a factor is the kernel
@@ -165,7 +179,11 @@ def lora_sq_norms(calls):
   first = calls[0]
   records = first.records
   parts = [call.rows() for call in calls]
-  rows = lambda i: [tf.concat([p[i][j] for p in parts], 1) for j in (0, 1)]
+
+  def rows(i: int) -> Rows:
+    return (tf.concat([p[i][0] for p in parts], 1),
+            tf.concat([p[i][1] for p in parts], 1))
+
   mass = tf.add_n([p[2] for p in parts])
   frobenius = lambda v: abs(first.scale) * tf.norm(tf.cast(
       tf.reshape(v, [-1]), tf.float64))
@@ -177,21 +195,22 @@ def lora_sq_norms(calls):
               a_shape.num_elements() // a_shape[-1]))]
 
 
-def lora_enabled(layer):
+def lora_enabled(layer: Any) -> bool:
   return bool(getattr(layer, "lora_enabled", False))
 
 
-class LoraMixin:
+class LoraMixin(linear.LinearRule):
   """LoRA for a linear rule whose layer computes ``einsum(x, kernel)``
   (``lora_specs_for``): with ``enable_lora`` the trainable variables are
   the factors (and the bias), the base kernel is frozen."""
 
-  def lora_specs_for(self, layer, x_rank):
+  def lora_specs_for(self, layer: Any,
+                     x_rank: Optional[int]) -> Optional[Specs]:
     """Parsed ``(inp, ker, out)`` of the layer's kernel einsum for inputs
     of rank ``x_rank`` (None: any rank the layer takes), or None."""
     raise NotImplementedError
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     if not lora_enabled(layer):
       return super().supports(layer)
     if getattr(layer, "quantization_mode", None):
@@ -199,22 +218,25 @@ class LoraMixin:
     specs = self.lora_specs_for(layer, None)
     return specs is not None and lora_specs(specs) is not None
 
-  def kernel_variables(self, layer):
+  def kernel_variables(self, layer: Any) -> List[Any]:
     if lora_enabled(layer):
       return [layer.lora_kernel_a, layer.lora_kernel_b]
     return super().kernel_variables(layer)
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
+              records: linear.Records) -> linear.RuleState:
     state = super().prepare(layer, tap, out_grad, records)
     if lora_enabled(layer):
       x = state["x"]
       state["lora"] = LoraFactors(
-          self.lora_specs_for(layer, x.shape.rank), x,
+          cast(Specs, self.lora_specs_for(layer, x.shape.rank)), x,
           tf.cast(out_grad, x.dtype), layer.lora_kernel_a,
           layer.lora_kernel_b, layer.lora_alpha / layer.lora_rank, records)
     return state
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[tf.Tensor],
+                    records: linear.Records) -> linear.RuleState:
     """A shared layer with LoRA: each call's factor state; a record's
     gradients are summed over the calls (``lora_sq_norms``)."""
     if not lora_enabled(layer):
@@ -223,7 +245,7 @@ class LoraMixin:
             "lora_calls": [self.prepare(layer, tap, grad, records)
                            for tap, grad in zip(taps, out_grads)]}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     if "lora_calls" not in state:
       return super().sq_norms(state)
     layer, calls = state["layer"], state["lora_calls"]
@@ -234,7 +256,8 @@ class LoraMixin:
       norms.append(linear.exact_sq_norms(state["bias_grads"]))
     return norms
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     if "lora_calls" not in state:
       return super().clipped_sums(state, scales, keep)
     out = [tf.add_n(list(parts)) for parts in zip(*(
@@ -245,12 +268,13 @@ class LoraMixin:
       out.append(tf.tensordot(scales[2], bias, axes=[[0], [0]]))
     return out
 
-  def kernel_part_sq_norms(self, state):
+  def kernel_part_sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     if "lora" in state:
       return state["lora"].sq_norms()
     return super().kernel_part_sq_norms(state)
 
-  def kernel_part_sums(self, state, scales, keep):
+  def kernel_part_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                       keep: tf.Tensor) -> List[tf.Tensor]:
     if "lora" in state:
       return state["lora"].clipped_sums(scales, keep)
     return super().kernel_part_sums(state, scales, keep)
@@ -260,10 +284,11 @@ class EinsumDenseRule(LoraMixin, linear.LinearRule):
   """keras.layers.EinsumDense: any equation without kernel-only letters;
   with LoRA, equations whose last kernel letter is an output feature."""
 
-  def lora_specs_for(self, layer, x_rank):
+  def lora_specs_for(self, layer: Any,
+                     x_rank: Optional[int]) -> Optional[Specs]:
     return self.parse(layer, x_rank)
 
-  def parse(self, layer, x_rank=None):
+  def parse(self, layer: Any, x_rank: Optional[int] = None) -> Optional[Specs]:
     """The layer's ``(inp, ker, out)`` for inputs of rank ``x_rank``
     (None: the equation's own rank, a one-letter ellipsis)."""
     equation = layer.equation.replace(" ", "")
@@ -272,25 +297,27 @@ class EinsumDenseRule(LoraMixin, linear.LinearRule):
       x_rank = len(lhs.split(",")[0].replace("...", "."))
     return parse_equation(equation, x_rank)
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return super().supports(layer) and self.parse(layer) is not None
 
-  def _specs(self, layer, x):
+  def _specs(self, layer: Any, x: tf.Tensor) -> Specs:
     specs = self.parse(layer, x.shape.rank)
     if specs is None:
       raise ValueError(f"EinsumDense equation {layer.equation!r} with input "
                        f"rank {x.shape.rank} is not supported.")
     return specs
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: linear.Records) -> Rows:
     return einsum_rows(self._specs(layer, x), layer.kernel.shape, x, g,
                        records)
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     inp, ker, out = self._specs(layer, x)
     return tf.einsum(f"{inp},{out}->{ker}", x, g)
 
 
-def register_all(register, modules):
+def register_all(register: Callable[[type, Any], None],
+                 modules: Sequence[Any]) -> None:
   for keras in modules:
     register(keras.layers.EinsumDense, EinsumDenseRule())

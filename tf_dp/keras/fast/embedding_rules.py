@@ -30,10 +30,13 @@ logits``.
 output gradients summed over its examples, materialised (``[R, T, D]``).
 """
 
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
 import tensorflow as tf
 
 from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import taps as taps_lib
 
 
 # Positions per record up to which ``embedding_sq_norms`` takes the ghost
@@ -43,7 +46,8 @@ from tf_dp.keras.fast import linear
 EMBEDDING_GHOST_MAX_POSITIONS = 16
 
 
-def embedding_sq_norms(ids, g, records, input_error=None):
+def embedding_sq_norms(ids: tf.Tensor, g: tf.Tensor, records: linear.Records,
+                       input_error: Optional[tf.Tensor] = None) -> tf.Tensor:
   """``[R]`` certified squared norms of ``sum_t onehot(id_t) g_t^T`` per
   record, certified as the linear rules' (``linear.py``, "Certified
   norms"; here ``|a_t| = 1``, so ``U = sum_t |g_t|``). ``ids`` ``[R, P]``,
@@ -65,7 +69,8 @@ def embedding_sq_norms(ids, g, records, input_error=None):
                                    input_error)
 
 
-def _ghost_sq_bound(ids, g):
+def _ghost_sq_bound(ids: tf.Tensor,
+                    g: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """``([R] bound, [R] U)``: float64 ghost norms ``sum_{s,t} [id_s = id_t]
   g_s . g_t`` plus Higham's bound ``gamma_{D + P^2 + 8} U^2``."""
   g64 = tf.cast(g, tf.float64)
@@ -79,7 +84,8 @@ def _ghost_sq_bound(ids, g):
   return bound, mass
 
 
-def _token_rows_sq_bound(ids, g):
+def _token_rows_sq_bound(ids: tf.Tensor,
+                         g: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """``([R] bound, [R] U)``: float64 upper bounds on the squared norms of
   each record's gradient ``sum_t onehot(id_t) g_t^T``, from its rows.
 
@@ -115,7 +121,7 @@ def _token_rows_sq_bound(ids, g):
   return tf.square(norm), mass
 
 
-def embedding_sum(ids, g, vocabulary):
+def embedding_sum(ids: tf.Tensor, g: tf.Tensor, vocabulary: int) -> tf.Tensor:
   """``[vocabulary, D]``: the rows of ``g`` ``[R, P, D]`` added at ``ids``."""
   return tf.math.unsorted_segment_sum(
       tf.reshape(g, [-1, tf.shape(g)[-1]]), tf.reshape(ids, [-1]), vocabulary)
@@ -137,15 +143,16 @@ class EmbeddingRule:
 
   pre_activation = False
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return not getattr(layer, "quantization_mode", None)
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     if einsum_rule.lora_enabled(layer):
       return [layer.lora_embeddings_a, layer.lora_embeddings_b]
     return [layer.embeddings]
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     ids = tf.reshape(tf.cast(tap.args[0], tf.int32), [records, -1])
     g = linear.per_record(out_grad, records)
     state = {"layer": layer, "ids": ids, "g": g, "records": records}
@@ -157,7 +164,9 @@ class EmbeddingRule:
       state["rows"] = scale * tf.gather(a, ids)
     return state
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[Any],
+                    records: linear.Records) -> linear.RuleState:
     """A shared embedding: every call's positions, concatenated."""
     if einsum_rule.lora_enabled(layer):
       raise linear.FastPathUnavailable(
@@ -169,7 +178,7 @@ class EmbeddingRule:
             "ids": tf.concat([s["ids"] for s in states], 1),
             "g": tf.concat([s["g"] for s in states], 1)}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     ids, g, records = state["ids"], state["g"], state["records"]
     if "g_back" not in state:
       return [embedding_sq_norms(ids, g, records)]
@@ -187,7 +196,8 @@ class EmbeddingRule:
     return [embedding_sq_norms(ids, state["g_back"], records, error_a),
             linear.kernel_sq_norms(state["rows"], g, records, error_b)]
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     layer, ids = state["layer"], state["ids"]
     scaled = lambda t, s: linear.mask(t, keep) * s[:, None, None]
     if "g_back" not in state:
@@ -199,7 +209,7 @@ class EmbeddingRule:
                                      scaled(state["g"], scales[1]))]
 
 
-def _reverse_flag(tap):
+def _reverse_flag(tap: taps_lib.Tap) -> bool:
   """The call's ``reverse`` argument (positional or keyword)."""
   reverse = tap.kwargs.get("reverse", tap.args[1] if len(tap.args) > 1
                            else False)
@@ -209,7 +219,8 @@ def _reverse_flag(tap):
   return bool(reverse)
 
 
-def tied_sq_norms(ids, g, dl, h, records):
+def tied_sq_norms(ids: tf.Tensor, g: tf.Tensor, dl: tf.Tensor, h: tf.Tensor,
+                  records: linear.Records) -> tf.Tensor:
   """``[R]`` certified squared norms of ``onehot(ids)^T g + dl^T h`` per
   record: ``ids`` ``[R, T]``, ``g`` ``[R, T, D]``, ``dl`` ``[R, S, V]``,
   ``h`` ``[R, S, D]`` (the module docstring)."""
@@ -236,22 +247,25 @@ class ReversibleEmbeddingRule:
 
   pre_activation = False
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return not (getattr(layer, "lora_enabled", False)
                 or getattr(layer, "quantization_mode", None)
                 or getattr(layer, "logit_soft_cap", None) is not None
                 or getattr(layer, "reverse_dtype", None) not in (
                     None, "float32"))
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     if layer.tie_weights:
       return [layer.embeddings]
     return [layer.embeddings, layer.reverse_embeddings]
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     return self.prepare_calls(layer, [tap], [out_grad], records)
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[Any],
+                    records: linear.Records) -> linear.RuleState:
     """State from every call of the layer in one forward pass."""
     ids, g, h, dl = [], [], [], []
     for tap, grad in zip(taps, out_grads):
@@ -271,7 +285,7 @@ class ReversibleEmbeddingRule:
             "h": tf.concat(h, 1) if h else empty(dim),
             "dl": tf.concat(dl, 1) if dl else empty(vocabulary)}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     ids, g, h, dl = (state[k] for k in ("ids", "g", "h", "dl"))
     records = state["records"]
     if state["layer"].tie_weights:
@@ -279,7 +293,8 @@ class ReversibleEmbeddingRule:
     return [embedding_sq_norms(ids, g, records),
             linear.kernel_sq_norms(h, dl, records)]
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     layer = state["layer"]
     scaled = lambda t, s: linear.mask(t, keep) * s[:, None, None]
     forward = embedding_sum(state["ids"], scaled(state["g"], scales[0]),
@@ -298,13 +313,14 @@ class PositionEmbeddingRule:
 
   pre_activation = False
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return True
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     return [layer.position_embeddings]
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     if tap.kwargs.get("start_index", 0) != 0 or tap.kwargs.get(
         "positions") is not None or len(tap.args) > 1:
       raise linear.FastPathUnavailable(
@@ -319,20 +335,23 @@ class PositionEmbeddingRule:
     pad = layer.position_embeddings.shape[0] - length
     return {"per_record": tf.pad(per_record, [[0, 0], [0, pad], [0, 0]])}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     return [linear.exact_sq_norms(state["per_record"])]
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     return [tf.tensordot(scales[0], linear.mask(state["per_record"], keep),
                          axes=[[0], [0]])]
 
 
-def register_all(register, modules):
+def register_all(register: Callable[[type, Any], None],
+                 modules: Sequence[Any]) -> None:
   for keras in modules:
     reversible = getattr(keras.layers, "ReversibleEmbedding", None)
     if reversible is not None:
       register(reversible, ReversibleEmbeddingRule())
 
 
-def register_keras_hub(register, keras_hub):
+def register_keras_hub(register: Callable[[type, Any], None],
+                       keras_hub: Any) -> None:
   register(keras_hub.layers.PositionEmbedding, PositionEmbeddingRule())

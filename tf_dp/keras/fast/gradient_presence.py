@@ -34,24 +34,24 @@ is structurally zero for every record changes no record's contribution,
 and a refused rule is never used.
 """
 
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
 
 
-def variable_key(v):
+def variable_key(v: Any) -> int:
   """The identity of a trainable variable as a tape sees it: a Keras 3
   variable and the resource variable under it share the handle."""
   return id(getattr(v, "handle", v))
 
 
-def _variable_name(v):
+def _variable_name(v: Any) -> str:
   return getattr(v, "path", None) or v.name
 
 
-def _reaches_loss(out_grad):
+def _reaches_loss(out_grad: Any) -> bool:
   """Whether a call's output gradient (a nest, None where an output does
   not reach the loss) is not None anywhere."""
   return any(g is not None for g in tf.nest.flatten(out_grad))
@@ -89,12 +89,12 @@ def zero_where_absent(tensors: List[tf.Tensor],
           for i, t in enumerate(tensors)]
 
 
-def _tensors(nest) -> List[tf.Tensor]:
+def _tensors(nest: Any) -> List[tf.Tensor]:
   return [t for t in tf.nest.flatten(nest, expand_composites=True)
           if isinstance(t, tf.Tensor)]
 
 
-def _ref_set(tensors) -> Set:
+def _ref_set(tensors: Iterable[tf.Tensor]) -> Set:
   return {t.ref() for t in tensors}
 
 

@@ -29,11 +29,20 @@ rank-2 matmuls: see the shared TF facts).
 """
 
 import contextlib
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.dp_query import xla_context
+from tf_dp.keras.fast import taps as taps_lib
+
+# A number of records: a Python int when known at trace time, else a scalar
+# int32 tensor.
+Records = Union[int, tf.Tensor]
+# A rule's state for one layer and batch (``prepare``'s result), read by its
+# ``sq_norms`` and ``clipped_sums``.
+RuleState = Dict[str, Any]
 
 
 class FastPathUnavailable(Exception):
@@ -46,7 +55,7 @@ _ONE_EXAMPLE_RECORDS: set = set()
 
 
 @contextlib.contextmanager
-def one_example_per_record(records):
+def one_example_per_record(records: Records) -> Iterator[None]:
   """Within, reshapes by ``records`` (a tensor counting records of one
   example each) keep each record's static size when the batch size is
   unknown (``dataset.batch(n)`` without ``drop_remainder``, a partial last
@@ -61,7 +70,8 @@ def one_example_per_record(records):
     _ONE_EXAMPLE_RECORDS.discard(key)
 
 
-def _with_record_size(rows, records, size):
+def _with_record_size(rows: tf.Tensor, records: Records,
+                      size: Optional[int]) -> tf.Tensor:
   """``rows`` ``[R, ?, F]`` with static dim 1 ``size`` when ``records``
   counts one example per record (the reshape could not infer it)."""
   if (rows.shape[1] is None and size is not None
@@ -71,7 +81,7 @@ def _with_record_size(rows, records, size):
   return rows
 
 
-def example_rows(t, trailing):
+def example_rows(t: tf.Tensor, trailing: Sequence[int]) -> tf.Tensor:
   """``[B, *positions, C]`` -> ``[B, P, *trailing]`` (``trailing``'s
   product is C): each example's positions as one axis, of static size P
   when they are static, whatever the batch size."""
@@ -82,19 +92,20 @@ def example_rows(t, trailing):
   return tf.reshape(t, [-1, positions] + list(trailing))
 
 
-def per_record(t, records):
+def per_record(t: tf.Tensor, records: Records) -> tf.Tensor:
   """[B, ..., d] -> [R, (B / R) * prod(...), d]."""
   t = tf.convert_to_tensor(t)
   return _with_record_size(tf.reshape(t, [records, -1, tf.shape(t)[-1]]),
                            records, t.shape[1:-1].num_elements())
 
 
-def record_mass(mass, records):
+def record_mass(mass: tf.Tensor, records: Records) -> tf.Tensor:
   """``[R]``: the sum over each record's blocks of ``mass`` ``[R * G]``."""
   return tf.reduce_sum(tf.reshape(mass, [records, -1]), 1)
 
 
-def product_error(mass, factor, terms):
+def product_error(mass: tf.Tensor, factor: tf.Tensor,
+                  terms: Union[int, tf.Tensor]) -> tf.Tensor:
   """``[R]`` float64 bound on the norm of the rounding error of a record's
   gradient computed from float32 rows ``y_t = s x_t M`` (or ``s g_t M^T``)
   instead of exact ones: ``gamma_{terms + 1} |s| |M|_F U``, ``U = sum_t
@@ -106,7 +117,7 @@ def product_error(mass, factor, terms):
   return rounding_bound(terms + 1, UNIT_ROUNDOFF_FLOAT32) * factor * mass
 
 
-def mask(t, keep):
+def mask(t: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
   """Zeros the rows (leading axis) of ``t`` where ``keep`` is false.
 
   Nearly every batch keeps every record: the select over the whole tensor
@@ -114,7 +125,7 @@ def mask(t, keep):
   """
   t = tf.convert_to_tensor(t)
 
-  def masked():
+  def masked() -> tf.Tensor:
     if t.shape.rank is not None:
       shape = [-1] + [1] * (t.shape.rank - 1)
     else:
@@ -125,7 +136,8 @@ def mask(t, keep):
   return tf.cond(tf.reduce_all(keep), lambda: tf.identity(t), masked)
 
 
-def per_example(t, records, per_record_values):
+def per_example(t: tf.Tensor, records: Records,
+                per_record_values: tf.Tensor) -> tf.Tensor:
   """Multiplies example rows of ``t`` by their record's value (or keeps
   them where the value is boolean true, zeroing the others)."""
   t = tf.convert_to_tensor(t)
@@ -147,7 +159,7 @@ def per_example(t, records, per_record_values):
   return tf.reshape(grouped, shape)
 
 
-def grouped_rows(t, records):
+def grouped_rows(t: tf.Tensor, records: Records) -> tf.Tensor:
   """[B, T, G, F] -> [R * G, m * T, F]: rows of one record and group."""
   t = tf.convert_to_tensor(t)
   positions, groups, features = t.shape[1], t.shape[2], t.shape[3]
@@ -161,7 +173,7 @@ def grouped_rows(t, records):
       records, positions)
 
 
-def use_ghost_sizes(t, k, c):
+def use_ghost_sizes(t: int, k: int, c: int) -> bool:
   """True if the ghost norm costs no more than the materialised gradient for
   t positions, k inputs and c outputs: ~ 2 t^2 (k + c) (its Gram matrices
   are float64, about twice the cost of float32) against ~ t k c. A tie
@@ -170,7 +182,7 @@ def use_ghost_sizes(t, k, c):
   return 2 * t * t * (k + c) <= t * k * c
 
 
-def use_ghost(a, g):
+def use_ghost(a: tf.Tensor, g: tf.Tensor) -> bool:
   """True if the ghost norm is cheaper than the materialised gradient."""
   t, k, c = a.shape[1], a.shape[2], g.shape[2]
   if t is None or k is None or c is None:
@@ -217,7 +229,7 @@ LEVERAGE = 64.0
 _CAST_MARGIN = 2.0 ** -20
 
 
-def float32_upper_bound(value):
+def float32_upper_bound(value: tf.Tensor) -> tf.Tensor:
   """A float64 bound ``value >= 0`` cast to float32 without going below it
   (raised by ``_CAST_MARGIN``; a positive value under float32's smallest
   normal number becomes that number; overflow gives inf)."""
@@ -226,7 +238,8 @@ def float32_upper_bound(value):
   return tf.where((value > 0) & (out < tiny), tiny, out)
 
 
-def rounding_bound(terms, unit_roundoff):
+def rounding_bound(terms: Union[int, tf.Tensor],
+                   unit_roundoff: float) -> Union[float, tf.Tensor]:
   """Higham's ``gamma_n = n u / (1 - n u)`` for ``n = terms`` (float64;
   ``terms`` may be a tensor). A Python int gives a Python float, the same
   float64 arithmetic with no op in the graph."""
@@ -237,7 +250,7 @@ def rounding_bound(terms, unit_roundoff):
   return nu / (1.0 - nu)
 
 
-def dim(t, axis):
+def dim(t: tf.Tensor, axis: int) -> Union[int, tf.Tensor]:
   """Size of ``t`` along ``axis``: a Python int when known at trace time
   (sums of sizes then stay Python ints: fewer ops in the step's graph),
   else a scalar tensor."""
@@ -245,7 +258,7 @@ def dim(t, axis):
   return int(size) if size is not None else tf.shape(t)[axis]
 
 
-def euclidean_norms(t, axis):
+def euclidean_norms(t: tf.Tensor, axis: int) -> tf.Tensor:
   """Euclidean norms of ``t`` along ``axis``, in its dtype: a sum of squares
   in some order, then a square root. One fused kernel (EuclideanNorm,
   without the squares as a temporary) except under XLA, which has no
@@ -255,14 +268,14 @@ def euclidean_norms(t, axis):
   return tf.math.reduce_euclidean_norm(t, axis)
 
 
-def row_norms(t):
+def row_norms(t: tf.Tensor) -> tf.Tensor:
   """``[..., F] -> [...]``: Euclidean norms of the last axis, in the dtype
   of ``t`` (float32 rows: use ``position_mass``, which bounds their
   rounding)."""
   return euclidean_norms(t, -1)
 
 
-def position_mass(a, g):
+def position_mass(a: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
   """``U = sum_t |a_t| |g_t|`` per row group: ``[N]`` float64 upper bounds
   for rows ``[N, T, K]`` and ``[N, T, C]`` (float64 rows: computed in
   float64; float32 rows: in float32, within ``gamma_n``, ``n = K + C + T
@@ -277,8 +290,9 @@ def position_mass(a, g):
       1.0 + rounding_bound(terms, UNIT_ROUNDOFF_FLOAT32))
 
 
-def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records,
-                       input_error=None):
+def certified_sq_norms(exact_sq_bound: tf.Tensor, mass: tf.Tensor,
+                       rows_per_record: Union[int, tf.Tensor], records: Records,
+                       input_error: Optional[tf.Tensor] = None) -> tf.Tensor:
   """``[R]`` float32 squared norms that bound what each record adds.
 
   Args:
@@ -310,7 +324,7 @@ def certified_sq_norms(exact_sq_bound, mass, rows_per_record, records,
   return float32_upper_bound(tf.square(norm))
 
 
-def ghost_sq_bound(a, b):
+def ghost_sq_bound(a: tf.Tensor, b: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """``([N] bound, [N] U)``: float64 upper bounds on ``|A^T B|_F^2 =
   sum((A A^T) * (B B^T))`` for rows ``a`` ``[N, T, K]`` and ``b`` ``[N, T,
   C]`` (float64 Gram matrices plus their rounding bound), and ``U``."""
@@ -336,7 +350,7 @@ def ghost_sq_bound(a, b):
       terms, UNIT_ROUNDOFF_FLOAT64) * tf.square(mass), mass
 
 
-def exact_sq_norms(per_record):
+def exact_sq_norms(per_record: tf.Tensor) -> tf.Tensor:
   """``[R]`` float32 squared norms of materialised per-record gradients
   ``[R, ...]`` that are themselves what the records add to the sum (their
   clipped sum is ``sum_r s_r per_record[r]``): float64 sums of squares,
@@ -346,7 +360,8 @@ def exact_sq_norms(per_record):
   return float32_upper_bound(tf.reduce_sum(tf.square(flat), 1))
 
 
-def materialised_sq_bound(grads, mass, positions):
+def materialised_sq_bound(grads: tf.Tensor, mass: tf.Tensor,
+                          positions: Union[int, tf.Tensor]) -> tf.Tensor:
   """``[N]`` float64 upper bounds on the squared norms of exact gradients
   given their float32 products ``grads`` ``[N, K, C]`` over ``positions``
   positions (each within ``gamma_positions * mass`` of the exact one).
@@ -373,7 +388,8 @@ def materialised_sq_bound(grads, mass, positions):
 KEPT_GRADIENTS_FACTOR = 4
 
 
-def keeps_gradients(a, g, held_per_example):
+def keeps_gradients(a: tf.Tensor, g: tf.Tensor,
+                    held_per_example: Optional[int]) -> bool:
   """True if the per-record gradients ``A_r^T G_r`` of one-group rows ``a``
   ``[R, T, K]`` and ``g`` ``[R, T, C]`` (T > 1) are cheaper to materialise
   than their ghost norms (``use_ghost``) and small enough to keep for the
@@ -386,7 +402,8 @@ def keeps_gradients(a, g, held_per_example):
   return a.shape[2] * g.shape[2] <= KEPT_GRADIENTS_FACTOR * held_per_example
 
 
-def _materialised_gradients(a, g):
+def _materialised_gradients(
+    a: tf.Tensor, g: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """``([R * G, K, C] A^T G, [R * G] bound, [R * G] U)`` for rows ``a``
   ``[R * G, T, K]`` and ``g`` ``[R * G, T, C]`` of one dtype: the float32
   gradients of each (record, group) block, float64 upper bounds on the
@@ -397,7 +414,7 @@ def _materialised_gradients(a, g):
   return grads, materialised_sq_bound(grads, mass, dim(a, 1)), mass
 
 
-def kept_gradients(a, g):
+def kept_gradients(a: tf.Tensor, g: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """``([R] squared norms, [R, K, C] gradients)`` for one-group rows ``a``
   ``[R, T, K]``, ``g`` ``[R, T, C]``: the float32 per-record gradients,
   for a clipped sum ``sum_r s_r grad_r`` (a product with the scales
@@ -408,7 +425,8 @@ def kept_gradients(a, g):
   return float32_upper_bound(bound), grads
 
 
-def kernel_sq_norms(a, g, records, input_error=None):
+def kernel_sq_norms(a: tf.Tensor, g: tf.Tensor, records: Records,
+                    input_error: Optional[tf.Tensor] = None) -> tf.Tensor:
   """``[R]`` certified squared norms of ``sum_groups A^T G`` per record
   (see "Certified norms" above): never below the norm of what the record
   adds to the float32 clipped sum of its kernel (plus ``input_error``, see
@@ -425,7 +443,8 @@ def kernel_sq_norms(a, g, records, input_error=None):
   return certified_sq_norms(bound, mass, rows, records, input_error)
 
 
-def bias_grads(out_grad, bias_shape, records):
+def bias_grads(out_grad: tf.Tensor, bias_shape: Sequence[Optional[int]],
+               records: Records) -> tf.Tensor:
   """``[R, *bias_shape]``: per-record gradients of a broadcast bias."""
   g = tf.convert_to_tensor(out_grad)
   rank = g.shape.rank
@@ -447,35 +466,39 @@ class LinearRule:
 
   pre_activation = True
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return not (getattr(layer, "lora_enabled", False)
                 or getattr(layer, "quantization_mode", None))
 
-  def kernel(self, layer):
+  def kernel(self, layer: Any) -> Any:
     return layer.kernel
 
-  def kernel_variables(self, layer):
+  def kernel_variables(self, layer: Any) -> List[Any]:
     """The variables ``kernel_part_sq_norms`` accounts for (the kernel)."""
     return [self.kernel(layer)]
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     out = list(self.kernel_variables(layer))
     if getattr(layer, "use_bias", True) and getattr(layer, "bias",
                                                     None) is not None:
       out.append(layer.bias)
     return out
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: Records) -> Tuple[tf.Tensor, tf.Tensor]:
     raise NotImplementedError
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     raise NotImplementedError
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
+              records: Records) -> RuleState:
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
     return {"layer": layer, "x": x, "g": out_grad, "records": records}
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[tf.Tensor],
+                    records: Records) -> RuleState:
     """A layer called several times in one forward pass (a shared layer):
     a record's kernel gradient is the sum over calls of ``A_i^T G_i``,
     that is ``A^T G`` for the rows of every call concatenated along
@@ -486,7 +509,7 @@ class LinearRule:
              for tap, grad in zip(taps, out_grads)]
     return {"layer": layer, "records": records, "calls": calls}
 
-  def _calls_sq_norms(self, state):
+  def _calls_sq_norms(self, state: RuleState) -> List[tf.Tensor]:
     layer, records = state["layer"], state["records"]
     rows = [self.kernel_rows(layer, c["x"], c["g"], records)
             for c in state["calls"]]
@@ -500,7 +523,8 @@ class LinearRule:
       norms.append(exact_sq_norms(state["bias_grads"]))
     return norms
 
-  def _calls_sums(self, state, scales, keep):
+  def _calls_sums(self, state: RuleState, scales: List[tf.Tensor],
+                  keep: tf.Tensor) -> List[tf.Tensor]:
     layer, records = state["layer"], state["records"]
     total = tf.add_n([self.kernel_sum(
         layer, per_example(c["x"], records, keep),
@@ -512,7 +536,9 @@ class LinearRule:
       out.append(tf.tensordot(scales[1], bias, axes=[[0], [0]]))
     return out
 
-  def kernel_norms_and_grads(self, layer, x, g, records):
+  def kernel_norms_and_grads(
+      self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+      records: Records) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
     """``([R] squared norms, per-record kernel gradients or None)``.
 
     The norms are certified (see "Certified norms"). A rule that
@@ -523,20 +549,22 @@ class LinearRule:
     a, g = self.kernel_rows(layer, x, g, records)
     return kernel_sq_norms(a, g, records), None
 
-  def kernel_sq_norms(self, layer, x, g, records):
+  def kernel_sq_norms(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                      records: Records) -> tf.Tensor:
     """``[R]`` certified squared norms of each record's kernel gradient."""
     return self.kernel_norms_and_grads(layer, x, g, records)[0]
 
-  def has_bias(self, layer):
+  def has_bias(self, layer: Any) -> bool:
     return len(self.variables(layer)) > len(self.kernel_variables(layer))
 
-  def kernel_part_sq_norms(self, state):
+  def kernel_part_sq_norms(self, state: RuleState) -> List[tf.Tensor]:
     """``[R]`` squared norms per variable of ``kernel_variables``."""
     kernel_norms, state["kernel_grads"] = self.kernel_norms_and_grads(
         state["layer"], state["x"], state["g"], state["records"])
     return [kernel_norms]
 
-  def kernel_part_sums(self, state, scales, keep):
+  def kernel_part_sums(self, state: RuleState, scales: List[tf.Tensor],
+                       keep: tf.Tensor) -> List[tf.Tensor]:
     """Clipped sums per variable of ``kernel_variables``."""
     layer, records = state["layer"], state["records"]
     kernel = self.kernel(layer)
@@ -549,7 +577,7 @@ class LinearRule:
       total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
     return [tf.reshape(total, tf.shape(kernel))]
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: RuleState) -> List[tf.Tensor]:
     if "calls" in state:
       return self._calls_sq_norms(state)
     layer, records = state["layer"], state["records"]
@@ -560,7 +588,8 @@ class LinearRule:
       norms.append(exact_sq_norms(state["bias_grads"]))
     return norms
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     if "calls" in state:
       return self._calls_sums(state, scales, keep)
     layer = state["layer"]
@@ -572,7 +601,7 @@ class LinearRule:
     return out
 
 
-def matmul_kernel_sum(x, g):
+def matmul_kernel_sum(x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
   """``sum over rows of x^T g`` for x [..., K], g [..., C] (rank-2 matmul)."""
   k, c = tf.shape(x)[-1], tf.shape(g)[-1]
   return tf.matmul(tf.reshape(x, [-1, k]), tf.reshape(g, [-1, c]),

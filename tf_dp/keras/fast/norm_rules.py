@@ -4,9 +4,12 @@ gradients are small ([C]), so per-record gradients are materialised:
 ``sum_positions g * x_hat`` and ``sum_positions g``.
 """
 
+from typing import Any, Callable, List, Optional, Sequence
+
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import taps as taps_lib
 
 
 class _AffineNormRule:
@@ -14,10 +17,10 @@ class _AffineNormRule:
 
   pre_activation = False
 
-  def normalized(self, layer, x):
+  def normalized(self, layer: Any, x: tf.Tensor) -> tf.Tensor:
     raise NotImplementedError
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     out = []
     if layer.scale:
       out.append(layer.gamma)
@@ -25,7 +28,8 @@ class _AffineNormRule:
       out.append(layer.beta)
     return out
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
+              records: linear.Records) -> linear.RuleState:
     x = tf.cast(tap.args[0], out_grad.dtype)
     if _last_axis(layer) not in (-1, x.shape.rank - 1):
       raise linear.FastPathUnavailable(
@@ -40,22 +44,25 @@ class _AffineNormRule:
       per_record.append(tf.reduce_sum(g, 1))
     return {"per_record": per_record}
 
-  def prepare_calls(self, layer, taps, out_grads, records):
+  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
+                    out_grads: Sequence[Any],
+                    records: linear.Records) -> linear.RuleState:
     """A shared layer: each record's gradients summed over the calls."""
     states = [self.prepare(layer, tap, grad, records)
               for tap, grad in zip(taps, out_grads)]
     return {"per_record": [tf.add_n(list(parts)) for parts in zip(
         *(state["per_record"] for state in states))]}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     return [linear.exact_sq_norms(p) for p in state["per_record"]]
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
             for p, s in zip(state["per_record"], scales)]
 
 
-def _last_axis(layer):
+def _last_axis(layer: Any) -> Optional[int]:
   axis = layer.axis
   if not isinstance(axis, int):
     axis = axis[0] if len(axis) == 1 else None
@@ -65,12 +72,12 @@ def _last_axis(layer):
 class LayerNormalizationRule(_AffineNormRule):
   """keras.layers.LayerNormalization over the last axis."""
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return (_last_axis(layer) is not None
             and not getattr(layer, "rms_scaling", False)
             and (layer.scale or layer.center))
 
-  def normalized(self, layer, x):
+  def normalized(self, layer: Any, x: tf.Tensor) -> tf.Tensor:
     mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
     return (x - mean) * tf.math.rsqrt(var + layer.epsilon)
 
@@ -78,10 +85,10 @@ class LayerNormalizationRule(_AffineNormRule):
 class GroupNormalizationRule(_AffineNormRule):
   """keras.layers.GroupNormalization with channels on the last axis."""
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return _last_axis(layer) is not None and (layer.scale or layer.center)
 
-  def normalized(self, layer, x):
+  def normalized(self, layer: Any, x: tf.Tensor) -> tf.Tensor:
     shape = tf.shape(x)
     channels = x.shape[-1]
     grouped = tf.reshape(x, [shape[0], -1, layer.groups,
@@ -101,13 +108,14 @@ class RMSNormalizationRule:
 
   pre_activation = False
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     return True
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     return [layer.scale]
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     x = tf.cast(tap.args[0], tf.float32)
     mean_square = tf.reduce_mean(tf.square(x), -1, keepdims=True)
     x_hat = x * tf.math.rsqrt(mean_square + getattr(layer, "epsilon", 1e-6))
@@ -120,7 +128,8 @@ class RMSNormalizationRule:
   clipped_sums = _AffineNormRule.clipped_sums
 
 
-def register_keras_hub(register, keras_hub):
+def register_keras_hub(register: Callable[[type, Any], None],
+                       keras_hub: Any) -> None:
   """Rules for KerasHub's own normalisation layers."""
   # pylint: disable=g-import-not-at-top
   from keras_hub.src.models.gemma import rms_normalization as gemma_rms
@@ -129,7 +138,8 @@ def register_keras_hub(register, keras_hub):
     register(cls, RMSNormalizationRule())
 
 
-def register_all(register, modules):
+def register_all(register: Callable[[type, Any], None],
+                 modules: Sequence[Any]) -> None:
   for keras in modules:
     register(keras.layers.LayerNormalization, LayerNormalizationRule())
     group_norm = getattr(keras.layers, "GroupNormalization", None)

@@ -27,6 +27,8 @@ whose rows are not examples, so only this layer's rule can attribute its
 gradient to records.
 """
 
+from typing import Any, Callable, List
+
 import tensorflow as tf
 
 from tf_dp.keras import backend
@@ -46,7 +48,7 @@ class ViTPatchingAndEmbeddingRule:
 
   pre_activation = False
 
-  def supports(self, layer):
+  def supports(self, layer: Any) -> bool:
     conv = getattr(layer, "patch_embedding", None)
     table = getattr(layer, "position_embedding", None)
     if conv is None or table is None or getattr(
@@ -60,21 +62,21 @@ class ViTPatchingAndEmbeddingRule:
             and not einsum_rule.lora_enabled(table)
             and not getattr(table, "quantization_mode", None))
 
-  def _class_token(self, layer):
+  def _class_token(self, layer: Any) -> Any:
     token = getattr(layer, "class_token", None)
     if layer.use_class_token and token is not None and token.trainable:
       return token
     return None
 
-  def _trains_conv(self, layer):
+  def _trains_conv(self, layer: Any) -> bool:
     return layer.patch_embedding.trainable and all(
         v.trainable for v in _CONV.variables(layer.patch_embedding))
 
-  def _trains_table(self, layer):
+  def _trains_table(self, layer: Any) -> bool:
     table = layer.position_embedding
     return table.trainable and table.embeddings.trainable
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     out = []
     if self._class_token(layer) is not None:
       out.append(self._class_token(layer))
@@ -84,7 +86,8 @@ class ViTPatchingAndEmbeddingRule:
       out.append(layer.position_embedding.embeddings)
     return out
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     g = tf.convert_to_tensor(out_grad)
     start = 1 if layer.use_class_token else 0
     state = {"records": records}
@@ -112,7 +115,7 @@ class ViTPatchingAndEmbeddingRule:
           conv, taps_lib.Tap(conv, (x,), {}, None), conv_grad, records)
     return state
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     out = []
     if "token" in state:
       out.append(linear.exact_sq_norms(state["token"]))
@@ -122,7 +125,8 @@ class ViTPatchingAndEmbeddingRule:
       out.append(linear.exact_sq_norms(state["table"]))
     return out
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     scales = list(scales)
     materialised = lambda t, s: tf.tensordot(s, linear.mask(t, keep),
                                              axes=[[0], [0]])
@@ -138,7 +142,8 @@ class ViTPatchingAndEmbeddingRule:
     return out
 
 
-def register_keras_hub(register, keras_hub):
+def register_keras_hub(register: Callable[[type, Any], None],
+                       keras_hub: Any) -> None:
   """The rule for KerasHub's ViT patch embedding."""
   # pylint: disable=g-import-not-at-top
   from keras_hub.src.models.vit import vit_layers

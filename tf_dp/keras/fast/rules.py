@@ -47,7 +47,7 @@ layers once ``keras_hub`` is imported.
 """
 
 import sys
-from typing import Any, Dict, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import tensorflow as tf
 
@@ -56,6 +56,7 @@ from tf_dp.keras import per_example
 from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import taps as taps_lib
 
 _RULES: Dict[type, Any] = {}
 _COMPOSITES: Set[type] = set()
@@ -64,7 +65,7 @@ _FLAVOURS_REGISTERED: Set[str] = set()
 _KERAS_HUB_REGISTERED = False
 
 
-def register_rule(layer_class, rule):
+def register_rule(layer_class: type, rule: Any) -> None:
   """Registers ``rule`` for layers whose type is exactly ``layer_class``.
 
   Args:
@@ -82,7 +83,7 @@ def register_rule(layer_class, rule):
   _RULES[layer_class] = rule
 
 
-def register_composite(layer_class):
+def register_composite(layer_class: type) -> None:
   """Taps the sublayers of layers of exactly this class, not the layer
   (needed only for a class that has a rule: a layer whose trainable
   variables all belong to sublayers is tapped through them anyway)."""
@@ -92,7 +93,7 @@ def register_composite(layer_class):
   _COMPOSITES.add(layer_class)
 
 
-def is_composite(layer):
+def is_composite(layer: Any) -> bool:
   _ensure_builtins()
   return type(layer) in _COMPOSITES
 
@@ -109,7 +110,7 @@ _NEUTRAL_NAMES = frozenset({
 })
 
 
-def ruled_class(cls):
+def ruled_class(cls: type) -> Optional[type]:
   """The class whose rule describes layers of class ``cls``, or None.
 
   That is ``cls`` itself if it has a rule, else its nearest ancestor with a
@@ -124,7 +125,7 @@ def ruled_class(cls):
   return None
 
 
-def rule_for(layer):
+def rule_for(layer: Any) -> Any:
   """The rule for ``layer``'s class (``ruled_class``) if it supports the
   layer, else None. A layer whose ``call`` was replaced on the instance
   has no rule."""
@@ -141,19 +142,26 @@ class DenseRule(einsum_rule.LoraMixin, linear.LinearRule):
   """keras.layers.Dense (any input rank: leading axes are positions), with
   or without LoRA."""
 
-  def lora_specs_for(self, layer, x_rank):
+  def lora_specs_for(self, layer: Any,
+                     x_rank: Optional[int]) -> Tuple[str, str, str]:
     # Dense as an einsum (inp, ker, out) for an input of rank x_rank.
     letters = "abcdefghij"[:x_rank or 2]
     return letters, letters[-1] + "z", letters[:-1] + "z"
 
-  def kernel_rows(self, layer, x, g, records):
+  def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
+                  records: linear.Records) -> Tuple[tf.Tensor, tf.Tensor]:
     return linear.per_record(x, records), linear.per_record(g, records)
 
-  def kernel_sum(self, layer, x, g):
+  def kernel_sum(self, layer: Any, x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
     return linear.matmul_kernel_sum(x, g)
 
 
-def _records_first(t, axis, records):
+# Per tensor, the axis holding its examples (None: a public tensor).
+_Axes = List[Optional[int]]
+
+
+def _records_first(t: tf.Tensor, axis: int,
+                   records: linear.Records) -> tf.Tensor:
   """``t`` with its examples' axis ``axis`` moved first and split into
   ``[records, examples per record, ...]``."""
   t = tf.convert_to_tensor(t)
@@ -162,7 +170,7 @@ def _records_first(t, axis, records):
   return tf.reshape(t, tf.concat([[records, -1], tf.shape(t)[1:]], 0))
 
 
-def _record_in_place(t, axis):
+def _record_in_place(t: tf.Tensor, axis: Optional[int]) -> tf.Tensor:
   """One record of ``_records_first``, its examples' axis put back."""
   return tf.experimental.numpy.moveaxis(t, 0, axis) if axis else t
 
@@ -189,23 +197,26 @@ class LocalVectorizedRule:
   # gradients are cast to float32 afterwards.
   float32_taps = False
 
-  def __init__(self, original_call, layout=None, without_activation=False):
+  def __init__(self, original_call: Callable[..., Any], layout: Any = None,
+               without_activation: bool = False) -> None:
     # Keras runs layer calls without autograph; so must we (autograph
     # breaks e.g. the while loops of RNN layers under vectorized_map).
     self._call = tf.autograph.experimental.do_not_convert(original_call)
     self._layout = layout
     self._without_activation = without_activation
 
-  def variables(self, layer):
+  def variables(self, layer: Any) -> List[Any]:
     return list(layer.trainable_variables)
 
-  def _axes(self, flat_args, flat_grads):
+  def _axes(self, flat_args: List[Any],
+            flat_grads: List[Any]) -> Tuple[_Axes, _Axes]:
     if self._layout is None:
       first = lambda ts: [0 if tf.is_tensor(t) else None for t in ts]
       return first(flat_args), first(flat_grads)
     return self._layout.arg_axes, self._layout.grad_axes
 
-  def _grads_by_example(self, flat_grads):
+  def _grads_by_example(self,
+                        flat_grads: List[Any]) -> Tuple[List[Any], List[Any]]:
     """The output gradients to split by record: a public output broadcast
     to every example contributes the unsummed gradient (each record sums
     its own rows, ``_record_grad``)."""
@@ -215,7 +226,7 @@ class LocalVectorizedRule:
     return ([g if s is None else s[0] for g, s in zip(flat_grads, summed)],
             [None if s is None else s[1] for s in summed])
 
-  def _run(self, layer, args, kwargs):
+  def _run(self, layer: Any, args: Any, kwargs: Dict[str, Any]) -> Any:
     """The layer's call on one record, without its add_loss terms (not part
     of a record's gradient: the train step adds them from a public input)
     and, if asked, without its activation."""
@@ -230,7 +241,8 @@ class LocalVectorizedRule:
       if self._without_activation:
         layer.activation = activation
 
-  def prepare(self, layer, tap, out_grad, records):
+  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
+              records: linear.Records) -> linear.RuleState:
     variables = self.variables(layer)
     flat_args, flat_grads = tf.nest.flatten(tap.args), tf.nest.flatten(
         out_grad)
@@ -247,12 +259,13 @@ class LocalVectorizedRule:
               [t for t in split_grads if t is not None])
     kwargs = tap.kwargs
 
-    def rejoin(whole, parts, axes, record):
+    def rejoin(whole: List[Any], parts: List[Any], axes: _Axes,
+               record: Iterable[tf.Tensor]) -> List[Any]:
       record = iter(record)
       return [t if part is None else _record_in_place(next(record), axis)
               for t, part, axis in zip(whole, parts, axes)]
 
-    def one(inputs):
+    def one(inputs: Any) -> List[tf.Tensor]:
       rec_args = tf.nest.pack_sequence_as(
           tap.args, rejoin(flat_args, split_args, arg_axes, inputs[0]))
       rec_grads = rejoin(flat_grads, split_grads, grad_axes, inputs[1])
@@ -269,17 +282,18 @@ class LocalVectorizedRule:
         one, mapped, loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
     return {"per_record": [tf.cast(p, tf.float32) for p in per_record]}
 
-  def sq_norms(self, state):
+  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
     # What each record adds is these tensors: float64 sums of squares
     # raised by the cast margin never fall below their squared norms.
     return [linear.exact_sq_norms(p) for p in state["per_record"]]
 
-  def clipped_sums(self, state, scales, keep):
+  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
             for p, s in zip(state["per_record"], scales)]
 
 
-def _ensure_builtins():
+def _ensure_builtins() -> None:
   """Registers the built-in rules of each Keras flavour once it is
   imported, and KerasHub's once it is imported (neither is imported here:
   a model made of a flavour's or of KerasHub's layers has imported it)."""

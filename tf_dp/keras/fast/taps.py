@@ -16,6 +16,8 @@ gradient terms no tap of its own layer records.
 """
 
 import contextlib
+from typing import (Any, Callable, Dict, Iterator, List, Literal, Optional,
+                    Sequence, Tuple)
 
 import tensorflow as tf
 
@@ -24,7 +26,8 @@ class Tap:
   """What one call of one layer recorded: ``reads`` lists the variables the
   call read (None when not recorded, outside ``outside_reads``)."""
 
-  def __init__(self, layer, args, kwargs, output, reads=None):
+  def __init__(self, layer: Any, args: Any, kwargs: Dict[str, Any], output: Any,
+               reads: Optional[List[Any]] = None) -> None:
     self.layer = layer
     self.args = args
     self.kwargs = kwargs
@@ -35,19 +38,22 @@ class Tap:
 class TapSession:
   """Context manager: patch the layers' ``call`` and collect their taps."""
 
-  def __init__(self, layers, pre_activation):
+  def __init__(self, layers: Sequence[Any],
+               pre_activation: Dict[int, bool]) -> None:
     self._layers = layers
     self._pre_activation = pre_activation
-    self.taps = {}  # The last call's tap, by layer id.
-    self.all_taps = {}  # Every call's tap, in call order, by layer id.
-    self.call_counts = {}
-    self._originals = {}
-    self._outside = None
-    self._watcher = None
-    self.reads = {}  # Variables read inside each layer's calls, by layer id.
+    self.taps: Dict[int, Tap] = {}  # The last call's tap, by layer id.
+    # Every call's tap, in call order, by layer id.
+    self.all_taps: Dict[int, List[Tap]] = {}
+    self.call_counts: Dict[int, int] = {}
+    self._originals: Dict[int, Tuple[Callable[..., Any], bool]] = {}
+    self._outside: Any = None
+    self._watcher: Any = None
+    # Variables read inside each layer's calls, by layer id.
+    self.reads: Dict[int, List[Any]] = {}
 
   @contextlib.contextmanager
-  def outside_reads(self):
+  def outside_reads(self) -> Iterator[Any]:
     """A tape that watches the variables read outside the tapped calls
     (``watched_variables()``) while the block runs."""
     with tf.GradientTape() as tape:
@@ -57,11 +63,12 @@ class TapSession:
       finally:
         self._outside = self._watcher = None
 
-  def _record(self, layer, tap):
+  def _record(self, layer: Any, tap: Tap) -> None:
     self.taps[id(layer)] = tap
     self.all_taps.setdefault(id(layer), []).append(tap)
 
-  def _run(self, layer, original, args, kwargs):
+  def _run(self, layer: Any, original: Callable[..., Any], args: Any,
+           kwargs: Dict[str, Any]) -> Tuple[Any, Optional[List[Any]]]:
     """``(output, variables read)`` of the layer's call; under
     ``outside_reads``, the variables it reads are also collected in
     ``reads`` (not in the tape of the enclosing code, or of an enclosing
@@ -80,8 +87,9 @@ class TapSession:
           self.reads.setdefault(id(layer), []).extend(call_reads)
     return output, call_reads
 
-  def _make_call(self, layer, original):
-    def call(*args, **kwargs):
+  def _make_call(self, layer: Any,
+                 original: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
       self.call_counts[id(layer)] = self.call_counts.get(id(layer), 0) + 1
       if self._pre_activation.get(id(layer)):
         activation = layer.activation
@@ -97,10 +105,10 @@ class TapSession:
       return out
     return call
 
-  def original_call(self, layer):
+  def original_call(self, layer: Any) -> Tuple[Callable[..., Any], bool]:
     return self._originals[id(layer)]
 
-  def __enter__(self):
+  def __enter__(self) -> "TapSession":
     for layer in self._layers:
       had_instance_call = "call" in layer.__dict__
       original = layer.call
@@ -108,7 +116,7 @@ class TapSession:
       layer.call = self._make_call(layer, original)
     return self
 
-  def __exit__(self, *exc):
+  def __exit__(self, *exc: Any) -> Literal[False]:
     for layer in self._layers:
       original, had_instance_call = self._originals[id(layer)]
       if had_instance_call:
@@ -118,6 +126,6 @@ class TapSession:
     return False
 
 
-def tensors_of(tap):
+def tensors_of(tap: Tap) -> List[tf.Tensor]:
   """The tap's positional tensor inputs (a flat list)."""
   return [a for a in tf.nest.flatten(tap.args) if tf.is_tensor(a)]
