@@ -104,8 +104,8 @@ class DPConfig:
                        f"{self.secure_mode!r}.")
     if self.dp_query is not None and self.secure_mode:
       raise PrivacyError("secure_mode=True with a custom dp_query: build the "
-                       "query with tf_dp.build_query(..., secure_mode=True) "
-                       "and pass it as dp_query instead.")
+                         "query with tf_dp.build_query(..., secure_mode=True) "
+                         "and pass it as dp_query instead.")
     if self.dp_query is None:
       self._set(l2_norm_clip=checks.check_positive(
           "l2_norm_clip", self.l2_norm_clip, " Typical values are 0.1 to 10: "
@@ -136,7 +136,7 @@ class DPConfig:
       self._take_unset_values_from(self.ledger)
     if self.population_size is None and not self.population_size_deferred():
       raise PrivacyError(f"population_size is required here (sampling="
-                       f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
+                         f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
     if self.population_size is not None:
       self._set(population_size=checks.check_positive_int(
           "population_size", self.population_size, " It is the number of "
@@ -231,7 +231,7 @@ class DPConfig:
          "private metrics clip each example, not each user")):
       if value is not None:
         raise PrivacyError(f"{name}={value!r} cannot be combined with "
-                         f"privacy_unit='user' ({why}). Leave {name} out.")
+                           f"privacy_unit='user' ({why}). Leave {name} out.")
 
   def _take_unset_values_from(self, ledger):
     """With a given ledger: n is the ledger's; ``sampling="shuffled"`` (the
