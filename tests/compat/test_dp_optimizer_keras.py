@@ -255,3 +255,50 @@ def test_models_loaded_after_compile_conversion_keep_their_optimizer(
   model.save(path)
   loaded = K.models.load_model(path)
   assert isinstance(loaded.optimizer, K.optimizers.SGD)
+
+
+def _dense_regression(n=24, seed=0):
+  x = np.random.default_rng(seed).normal(size=(n, 2)).astype(np.float32)
+  model = K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)])
+  return model, x, x.sum(axis=1, keepdims=True)
+
+
+def _refusal(error, call):
+  with pytest.raises(error) as refusal:
+    call()
+  return str(refusal.value)
+
+
+def test_refusals_name_tf_privacy_constructors_not_dp_optimizer():
+  """A TF Privacy user is told which argument of the constructor they
+  called to set (population_size, sampling) and how compile converts the
+  model, not tf_dp.DPOptimizer's call."""
+  said = _refusal(ValueError, lambda: tfp.DPKerasSGDOptimizer(
+      1.0, 1.1, learning_rate=0.1, population_size=0))
+  assert "DPKerasSGDOptimizer(..., population_size=len(x_train))" in said
+  assert "a keyword tf_dp adds to TF Privacy's arguments" in said
+
+  model, x, y = _dense_regression()
+  optimizer = tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1)
+  model.compile(optimizer, "mse")
+  said = _refusal(tf_dp.errors.PrivacyError, lambda: model.fit(
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(8), verbose=0))
+  assert "DPKerasAdamOptimizer(..., population_size=len(x_train))" in said
+
+  model, x, y = _dense_regression()
+  optimizer = tfp.DPKerasSGDOptimizer(1.0, 1.1, learning_rate=0.1)
+  model.compile(optimizer, "mse")
+  said = _refusal(tf_dp.errors.SamplingMismatchError, lambda: model.fit(
+      x, y, batch_size=8, shuffle=False, verbose=0))
+  assert 'DPKerasSGDOptimizer(..., sampling="fixed_order")' in said
+  # noise_strategy is tf_dp's own: said with the call that takes it.
+  assert ("tf_dp.DPOptimizer(..., noise_strategy=...) (DPKerasSGDOptimizer "
+          "does not take noise_strategy)") in said
+
+  dp_rmsprop = tfp.make_keras_optimizer_class(K.optimizers.RMSprop)
+  optimizer = dp_rmsprop(1.0, 1.1, learning_rate=0.1, population_size=10)
+  variable = tf.Variable([1.0])
+  said = _refusal(RuntimeError, lambda: optimizer.apply_gradients(
+      [(tf.constant([1.0]), variable)]))
+  assert "optimizer = DPKerasRMSpropOptimizer(...)" in said
+  assert "make_private" in said and "DPOptimizer(..." not in said

@@ -125,9 +125,9 @@ class DPEngine(lot_engine.LotEngine):
           f"{examples} examples: population_size is the number of training "
           f"examples n, at least the number fit trains on, and a smaller "
           f"one records every lot with a q (batch / n) of another data set. "
-          f"Pass DPOptimizer(..., population_size=len(x_train)) (here "
-          f"{examples}, less any validation_split part), or leave it out to "
-          f"infer it from fit's arrays.")
+          f"Pass {cfg.caller.setting('population_size', 'len(x_train)')}, "
+          f"here {examples} less any validation_split part, or leave it out "
+          f"to infer it from fit's arrays.")
     if examples < cfg.population_size:
       warnings.warn(
           f"population_size={cfg.population_size} but fit trains on "

@@ -93,10 +93,12 @@ class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
         zip(optimizer_state.LEDGER_KEYS, saved)))
 
   def minimize(self, loss, var_list, tape=None):
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_gradients(self, grads_and_vars, *args, **kwargs):
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal)."""

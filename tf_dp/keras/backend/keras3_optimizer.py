@@ -44,7 +44,8 @@ class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
     return self.inner_optimizer.iterations
 
   def apply(self, grads, trainable_variables=None):
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_private_gradients(self, grads, trainable_variables):
     """Applies already clipped and noised mean gradients (internal).
