@@ -148,6 +148,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
 
   Raises:
     ValueError: on invalid arguments, naming the argument.
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``; Estimator code uses
+      ``tf_dp.estimator``'s optimizers).
   """
 
   def __new__(cls, optimizer: Any, l2_norm_clip: Optional[float] = None,

@@ -27,6 +27,7 @@ from tf_dp.compat.tensorflow_privacy import _callers
 from tf_dp.compat.tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as layer_registry_lib
 from tf_dp.core import config as config_lib
 from tf_dp.keras import backend
+from tf_dp.keras import dp_engine
 from tf_dp.keras import optimizer as optimizer_lib
 from tf_dp.keras import optimizer_base
 from tf_dp.keras import private_model
@@ -90,6 +91,8 @@ def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylin
     ValueError: for ``layer_registry``, a bool ``num_microbatches``, or a
       layer ``make_private`` refuses (with the fix); from ``compile``
       without ``population_size``.
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``), naming the fix.
 
   Example:
     >>> model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.1,
@@ -98,6 +101,7 @@ def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylin
     >>> model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
   """
   del use_xla
+  dp_engine.require_eager_execution("DPSequential")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return _make_dp("DPSequential", tf.keras.Sequential(*args, **kwargs),
                   l2_norm_clip,
@@ -114,6 +118,7 @@ def DPModel(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: di
   ``**kwargs`` (``inputs=``, ``outputs=``) go to ``tf.keras.Model``.
   """
   del use_xla
+  dp_engine.require_eager_execution("DPModel")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return _make_dp("DPModel", tf.keras.Model(*args, **kwargs), l2_norm_clip,
                   noise_multiplier, num_microbatches, layer_registry,

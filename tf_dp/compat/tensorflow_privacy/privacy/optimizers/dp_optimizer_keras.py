@@ -30,6 +30,9 @@ around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
   batch as one record).
 * The functions return optimizer objects, not classes: ``isinstance`` and
   subclassing of ``DPKerasSGDOptimizer`` do not apply.
+* TensorFlow 2 behaviour only: after ``tf.compat.v1.disable_v2_behavior()``
+  (TF Privacy's classification notebook) they refuse to be made, naming
+  the fix (remove that call; ``fit`` still runs a compiled graph).
 """
 
 import functools
@@ -165,6 +168,9 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
 
   Raises:
     ValueError: on an invalid argument.
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``, as TF Privacy's
+      classification notebook runs), naming the fix.
 
   Example:
     >>> model.compile(optimizer=DPKerasSGDOptimizer(
