@@ -172,3 +172,22 @@ def test_default_layer_registry_means_tf_dp_rules():
   assert tf_dp.keras.is_private(model)
   with pytest.raises(ValueError, match="tf_dp.keras.fast"):
     registry.insert(K.layers.Dense, lambda *args: None)
+
+
+def test_refusals_name_dp_sequential_and_its_compile():
+  """The n a tf.data pipeline does not give, and a fixed order, are asked
+  of DPSequential (or its compile), which takes no sampling: the fix names
+  the DPOptimizer its compile accepts instead."""
+  x, y = _data(16)
+  model = tfp.DPSequential(1.0, 1.1, layers=[K.layers.Input((3,)), _dense()])
+  model.compile(optimizer=K.optimizers.SGD(0.1), loss="mse")
+  with pytest.raises(tf_dp.errors.PrivacyError) as refusal:
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), verbose=0)
+  said = str(refusal.value)
+  assert "DPSequential(..., population_size=len(x_train))" in said
+  assert "DPSequential's compile takes it too" in said
+  with pytest.raises(tf_dp.errors.SamplingMismatchError) as refusal:
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+  assert ('model.compile(optimizer=tf_dp.DPOptimizer(<the optimizer>, ..., '
+          'sampling="fixed_order")) (DPSequential does not take sampling)'
+          ) in str(refusal.value)

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tf_dp.compat.tensorflow_privacy.privacy.dp_query import gaussian_query
+from tf_dp.compat.tensorflow_privacy.privacy.dp_query import normalized_query
 from tf_dp.compat.tensorflow_privacy.privacy.optimizers import dp_optimizer
 
 v1 = tf.compat.v1
@@ -64,3 +65,30 @@ def test_names_and_population_size():
       1.0, 1.1, learning_rate=0.1, population_size=10).dp_config
   with pytest.raises(ValueError, match="population_size"):
     adam(1.0, 1.1, 4, True, learning_rate=0.01)
+
+
+def test_refusals_name_tf_privacy_constructors_and_arguments():
+  """TF Privacy's names: population_size is asked of the constructor the
+  user called, a query by its argument dp_sum_query; TF Privacy's eager
+  use (a loss callable, an eager loss) is refused naming what to use."""
+  with pytest.raises(ValueError) as refusal:
+    dp_optimizer.DPGradientDescentGaussianOptimizer(
+        l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=4,
+        learning_rate=0.1)
+  assert ("DPGradientDescentGaussianOptimizer(..., population_size="
+          "len(x_train))") in str(refusal.value)
+  average = normalized_query.NormalizedQuery(
+      gaussian_query.GaussianSumQuery(1.0, 1.1), denominator=8.0)
+  with pytest.raises(ValueError, match="^dp_sum_query must return the "
+                     "noised SUM"):
+    dp_optimizer.DPAdamOptimizer(average, learning_rate=0.1,
+                                 population_size=100)
+  optimizer = dp_optimizer.DPGradientDescentGaussianOptimizer(
+      1.0, 1.1, learning_rate=0.1, population_size=100)
+  w = tf.Variable([1.0, 2.0])
+  with pytest.raises(ValueError, match="DPGradientDescentGaussianOptimizer "
+                     "computes each example's gradient with tf.gradients.*"
+                     "a loss callable.*DPKerasSGDOptimizer"):
+    optimizer.minimize(lambda: tf.square(w), var_list=[w])
+  with pytest.raises(RuntimeError, match="a loss computed eagerly"):
+    optimizer.minimize(tf.square(w), var_list=[w])

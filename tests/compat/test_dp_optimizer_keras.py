@@ -11,6 +11,12 @@ must equal the optimizer's update for the expected clipped average. The
 file's Keras-model cases run as released in ``test_tf_privacy_suite.py``.
 """
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -255,3 +261,126 @@ def test_models_loaded_after_compile_conversion_keep_their_optimizer(
   model.save(path)
   loaded = K.models.load_model(path)
   assert isinstance(loaded.optimizer, K.optimizers.SGD)
+
+
+def _dense_regression(n=24, seed=0):
+  x = np.random.default_rng(seed).normal(size=(n, 2)).astype(np.float32)
+  model = K.Sequential([K.layers.Input((2,)), K.layers.Dense(1)])
+  return model, x, x.sum(axis=1, keepdims=True)
+
+
+def _refusal(error, call):
+  with pytest.raises(error) as refusal:
+    call()
+  return str(refusal.value)
+
+
+def test_refusals_name_tf_privacy_constructors_not_dp_optimizer():
+  """A TF Privacy user is told which argument of the constructor they
+  called to set (population_size, sampling) and how compile converts the
+  model, not tf_dp.DPOptimizer's call."""
+  said = _refusal(ValueError, lambda: tfp.DPKerasSGDOptimizer(
+      1.0, 1.1, learning_rate=0.1, population_size=0))
+  assert "DPKerasSGDOptimizer(..., population_size=len(x_train))" in said
+  assert "a keyword tf_dp adds to TF Privacy's arguments" in said
+
+  model, x, y = _dense_regression()
+  optimizer = tfp.DPKerasAdamOptimizer(1.0, 1.1, learning_rate=0.1)
+  model.compile(optimizer, "mse")
+  said = _refusal(tf_dp.errors.PrivacyError, lambda: model.fit(
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(8), verbose=0))
+  assert "DPKerasAdamOptimizer(..., population_size=len(x_train))" in said
+
+  model, x, y = _dense_regression()
+  optimizer = tfp.DPKerasSGDOptimizer(1.0, 1.1, learning_rate=0.1)
+  model.compile(optimizer, "mse")
+  said = _refusal(tf_dp.errors.SamplingMismatchError, lambda: model.fit(
+      x, y, batch_size=8, shuffle=False, verbose=0))
+  assert 'DPKerasSGDOptimizer(..., sampling="fixed_order")' in said
+  # noise_strategy is tf_dp's own: said with the call that takes it.
+  assert ("tf_dp.DPOptimizer(..., noise_strategy=...) (DPKerasSGDOptimizer "
+          "does not take noise_strategy)") in said
+
+  dp_rmsprop = tfp.make_keras_optimizer_class(K.optimizers.RMSprop)
+  optimizer = dp_rmsprop(1.0, 1.1, learning_rate=0.1, population_size=10)
+  variable = tf.Variable([1.0])
+  said = _refusal(RuntimeError, lambda: optimizer.apply_gradients(
+      [(tf.constant([1.0]), variable)]))
+  assert "optimizer = DPKerasRMSpropOptimizer(...)" in said
+  assert "make_private" in said and "DPOptimizer(..." not in said
+
+
+# TF Privacy's classification notebook: disable_v2_behavior(), then its
+# optimizer. Then the fix the refusals name for graph-mode code: a compat.v1
+# optimizer trains in a Session (clip 100 does not bind, no noise: one SGD
+# step of the mean gradient of (x . w - y)^2 from w = 0).
+_GRAPH_MODE = """
+import json
+import warnings
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+import tf_dp
+from tf_dp.compat import tensorflow_privacy
+from tf_dp.compat.tensorflow_privacy.privacy.optimizers import dp_optimizer
+
+refusals = {}
+def refused(name, make):
+  try:
+    make()
+    refusals[name] = None
+  except Exception as e:  # pylint: disable=broad-except
+    refusals[name] = [type(e).__name__, str(e)]
+
+K = tf.keras
+refused("DPKerasSGDOptimizer", lambda: tensorflow_privacy.DPKerasSGDOptimizer(
+    l2_norm_clip=1.5, noise_multiplier=1.3, num_microbatches=4,
+    learning_rate=0.25))
+refused("DPSequential", lambda: tensorflow_privacy.DPSequential(
+    1.5, 1.3, layers=[K.layers.Dense(1)]))
+refused("DPOptimizer", lambda: tf_dp.DPOptimizer(K.optimizers.SGD(0.1), 1.0, 1.1))
+refused("tf_dp.keras.make_private", lambda: tf_dp.keras.make_private(
+    K.Sequential([K.layers.Dense(1)])))
+x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]], "float32")
+y = np.array([1.0, -1.0, 2.0, 0.0], "float32")
+w = tf.Variable([0.0, 0.0])
+loss = tf.square(tf.linalg.matvec(tf.constant(x), w) - y)
+with warnings.catch_warnings():
+  warnings.simplefilter("ignore", UserWarning)  # noise_multiplier=0.
+  train = dp_optimizer.DPGradientDescentGaussianOptimizer(
+      100.0, 0.0, learning_rate=0.5, population_size=4).minimize(
+          loss, var_list=[w])
+with tf.compat.v1.Session() as session:
+  session.run(tf.compat.v1.global_variables_initializer())
+  session.run(train)
+  print(json.dumps({"refusals": refusals, "w": session.run(w).tolist()}))
+"""
+
+
+def test_graph_mode_is_refused_at_construction_naming_the_fix():
+  """Keras cannot run tf_dp's step with TF2 behaviour off (Keras 3 fit
+  fails even without DP; Keras 2's graph-mode loop never calls the
+  train_step make_private installs): the Keras optimizers and models
+  refuse to be made, naming the fix, where TF Privacy's notebook crashed
+  inside fit. The compat.v1 optimizers they point to train there. Its own
+  process: disable_v2_behavior() cannot be undone."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  done = subprocess.run(
+      [sys.executable, "-c", _GRAPH_MODE], capture_output=True, text=True,
+      check=False, cwd=root, timeout=300,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  for constructor, refusal in result["refusals"].items():
+    assert refusal is not None, f"{constructor} was made in graph mode"
+    kind, said = refusal
+    assert kind == "RuntimeError", said
+    assert said.startswith(f"{constructor} needs TensorFlow 2 behaviour")
+    for fix in ("remove tf.compat.v1.disable_v2_behavior()",
+                "DPGradientDescentGaussianOptimizer"):
+      assert fix in said, said
+  x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
+  y = np.array([1.0, -1.0, 2.0, 0.0])
+  # From w = 0 each example's gradient is -2 y x; one step of rate 0.5.
+  np.testing.assert_allclose(result["w"], 0.5 * np.mean(2 * y[:, None] * x,
+                                                         axis=0), rtol=1e-6)

@@ -163,7 +163,9 @@ if _KERAS3:
 else:
   EXPECTED_DIFFERENCES.update({
       key: ("an Estimator trains with the compat.v1 optimizers of "
-            "privacy.optimizers.dp_optimizer; a Keras DP optimizer has no "
+            "privacy.optimizers.dp_optimizer; a Keras DP optimizer is "
+            "refused in the Estimator's graph (TensorFlow 2 behaviour only, "
+            f"{_MIGRATING}, DPKeras*Optimizer) and has no "
             f"get_updates(loss, params): {_BARE_VARIABLES}")
       for key in _KERAS_IN_ESTIMATOR})
   EXPECTED_DIFFERENCES.update({

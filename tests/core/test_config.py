@@ -5,6 +5,7 @@ import pytest
 
 from tf_dp import dp_query
 from tf_dp import privacy_ledger
+from tf_dp.core import caller_api
 from tf_dp.core import config as config_lib
 
 
@@ -117,3 +118,19 @@ def test_user_level_config_round_trips_and_checks_the_ledger():
                      "'example'"):
     config_lib.DPConfig(1.0, 1.0, ledger=per_example, sampling="fixed_size",
                         privacy_unit="user", max_examples_per_user=4)
+
+
+def test_a_config_names_its_caller_and_never_saves_it():
+  wrapper = caller_api.CallerApi(
+      "DPWrapped", renamed=(("dp_query", "sum_query"),),
+      added=frozenset({"population_size"}), added_note="a keyword it adds")
+  with pytest.raises(ValueError, match=r"DPWrapped\(\.\.\., population_size="
+                     r"len\(x_train\)\) \(population_size is a keyword"):
+    config_lib.DPConfig(1.0, 1.0, population_size=0, caller=wrapper)
+  with pytest.raises(TypeError, match="^sum_query must be a tf_dp DPQuery"):
+    config_lib.DPConfig(None, None, dp_query="query", population_size=10,
+                        caller=wrapper)
+  wrapped = config_lib.DPConfig(1.0, 1.0, population_size=10, caller=wrapper)
+  assert "caller" not in wrapped.to_dict()
+  rebuilt = config_lib.DPConfig(**wrapped.to_dict())
+  assert rebuilt == wrapped and rebuilt.caller == caller_api.TF_DP

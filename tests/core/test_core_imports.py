@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import tf_dp.core
+from tf_dp.core import caller_api
 from tf_dp.core import config
 from tf_dp.core import lot
 from tf_dp.core import lot_engine
@@ -24,7 +25,8 @@ from tf_dp.core.provenance import reshapes
 from tf_dp.core.provenance import shapes
 from tf_dp.core.provenance import walker
 
-MODULES = (tf_dp.core, config, lot, lot_engine, provenance, vectorized)
+MODULES = (tf_dp.core, caller_api, config, lot, lot_engine, provenance,
+           vectorized)
 PROVENANCE = (arithmetic, images, labels, layout, lists, op_rules, registry,
               reshapes, shapes, walker)
 FRONT_ENDS = ("keras", "tf_keras", "tf_dp.keras", "tf_dp.estimator")

@@ -1,6 +1,7 @@
 """The framework-neutral DP step, shared by every front end.
 
 * ``config``: the validated ``DPConfig`` (what the step does);
+* ``caller_api``: the constructor the user called, as refusals name it;
 * ``vectorized``: per-record gradients to a clipped sum
   (``tf.vectorized_map`` of the query's ``preprocess_record``);
 * ``lot``: releasing one lot (noise once, one ledger sample, the

@@ -15,6 +15,7 @@ from tf_dp.analysis import checks
 from tf_dp.analysis import correlated_noise_accounting as accounting
 from tf_dp.analysis import matrix_factorization as mf
 from tf_dp.errors import PrivacyError
+from tf_dp.core import caller_api
 from tf_dp.errors import SamplingMismatchError
 from tf_dp.privacy_ledger import PrivacyLedger
 from tf_dp.privacy_ledger import QueryWithLedger
@@ -23,12 +24,17 @@ from tf_dp.sampling import Sampling
 
 PER_EXAMPLE_METHODS = ("auto", "fast", "vectorized")
 
-POPULATION_SIZE_REQUIRED = (
-    "tf_dp needs the number of training examples to account privacy: "
-    "DPOptimizer(..., population_size=len(x_train)). It is inferred only "
-    "when sampling='shuffled' and Keras `fit` receives arrays or tensors "
-    "of known length; a tf.data pipeline, a generator, a custom training "
-    "loop and the samplers of tf_dp.data need it given.")
+
+
+def population_size_required(
+    caller: caller_api.CallerApi = caller_api.TF_DP) -> str:
+  """Why n is needed and how ``caller``'s constructor is given it."""
+  return (f"tf_dp needs the number of training examples to account privacy: "
+          f"{caller.setting('population_size', 'len(x_train)')}. It is "
+          f"inferred only when sampling='shuffled' and Keras `fit` receives "
+          f"arrays or tensors of known length; a tf.data pipeline, a "
+          f"generator, a custom training loop and the samplers of tf_dp.data "
+          f"need it given.")
 
 
 def _averages(query: Any) -> bool:
@@ -80,6 +86,9 @@ class DPConfig:
   max_passes: int = 1
   privacy_unit: PrivacyUnit = PrivacyUnit.EXAMPLE
   max_examples_per_user: Optional[int] = None
+  # The constructor the user called: what refusals name (not serialised).
+  caller: caller_api.CallerApi = dataclasses.field(
+      default=caller_api.TF_DP, compare=False)
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
@@ -87,16 +96,17 @@ class DPConfig:
       # An n inferred from a fit's arrays belongs to that fit: a config
       # rebuilt from it (a saved one) does not know n.
       self._set(population_size=None, population_size_inferred=False)
+    query_argument = self.caller.argument("dp_query")
     if self.dp_query is not None and not isinstance(self.dp_query, DPQuery):
-      raise TypeError(f"dp_query must be a tf_dp DPQuery (e.g. "
+      raise TypeError(f"{query_argument} must be a tf_dp DPQuery (e.g. "
                       f"tf_dp.GaussianSumQuery or tf_dp.build_query(...)); got "
                       f"{self.dp_query!r}.")
     if self.dp_query is not None and _averages(self.dp_query):
       raise ValueError(
-          "dp_query must return the noised SUM of the lot's records: the DP "
-          "step divides it by the lot's denominator itself, and a "
-          "NormalizedQuery in it (tf_dp.build_query(..., denominator=...), "
-          "TF Privacy's GaussianAverageQuery) would divide it a second "
+          f"{query_argument} must return the noised SUM of the lot's "
+          "records: the DP step divides it by the lot's denominator itself, "
+          "and a NormalizedQuery in it (tf_dp.build_query(..., denominator="
+          "...), TF Privacy's GaussianAverageQuery) would divide it a second "
           "time. Pass the sum query (the NormalizedQuery's "
           "numerator_query, or build_query without denominator).")
     if not isinstance(self.secure_mode, bool):
@@ -136,12 +146,13 @@ class DPConfig:
       self._take_unset_values_from(self.ledger)
     if self.population_size is None and not self.population_size_deferred():
       raise PrivacyError(f"population_size is required here (sampling="
-                         f"{self.sampling!r}). " + POPULATION_SIZE_REQUIRED)
+                         f"{self.sampling!r}). "
+                         + population_size_required(self.caller))
     if self.population_size is not None:
       self._set(population_size=checks.check_positive_int(
           "population_size", self.population_size, " It is the number of "
-          "training examples: DPOptimizer(..., "
-          "population_size=len(x_train))."))
+          "training examples: "
+          + self.caller.setting("population_size", "len(x_train)") + "."))
     if self.sampling is Sampling.POISSON:
       if self.sampling_probability is None or not (
           0 < self.sampling_probability <= 1):
@@ -284,6 +295,7 @@ class DPConfig:
     if self.noise_strategy is not None:
       out["noise_strategy"] = accounting.strategy_to_dict(self.noise_strategy)
     out["privacy_unit"] = self.privacy_unit.value
+    del out["caller"]
     for key in ("dp_query", "ledger"):
       if out[key] is not None:
         raise ValueError(f"A DPOptimizer with a custom {key} cannot be "

@@ -303,7 +303,8 @@ class LotEngine(tf.Module):
     """
     if self.population_size is None:
       raise PrivacyError("population_size is unknown. " +
-                       config_lib.POPULATION_SIZE_REQUIRED)
+                         config_lib.population_size_required(
+                             self.config.caller))
 
   def microbatches_per_replica(self) -> Optional[int]:
     """Microbatches of this replica's batch, or None (per-example records).

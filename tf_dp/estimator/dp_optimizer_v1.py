@@ -30,6 +30,7 @@ the ledger, which lives in named variables saved in the checkpoint.
 
 import tensorflow as tf
 
+from tf_dp.core import caller_api
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot as lot_lib
 from tf_dp.core import vectorized
@@ -62,6 +63,20 @@ def _refuse_several_replicas():
         f"replicas' clipped sums and noises each global lot once.")
 
 
+def _graph_only(caller, given):
+  """The refusal of a loss callable or of eager execution: these optimizers
+  differentiate each record's loss with ``tf.gradients`` in a graph."""
+  return (
+      f"{caller.constructor} computes each example's gradient with "
+      f"tf.gradients of the per-example loss tensor in a graph (an Estimator "
+      f"model_fn, or a tf.compat.v1 Session's graph); it was given {given}. "
+      f"Pass minimize the loss tensor, shape [batch], of the graph being "
+      f"built. In TF2 eager code use a Keras DP optimizer instead: "
+      f"tf_dp.DPOptimizer with tf_dp.keras.make_private and model.fit, "
+      f"DPOptimizer.private_step in a custom loop, or TF Privacy's "
+      f"DPKerasSGDOptimizer from tf_dp.compat.tensorflow_privacy.")
+
+
 class _DPMixin:
   """Clips per-record gradients, noises the sum once, records the ledger.
 
@@ -78,27 +93,37 @@ class _DPMixin:
   or ledger change if one does: every step, for a batch statistic; with
   probability at least 1/4 per step, for an example that reads a single
   other example.
+
+  The keyword ``caller`` (a ``tf_dp.core.caller_api.CallerApi``) is the
+  constructor refusals name: a wrapper's (``tf_dp.compat``'s TF Privacy
+  names), by default this class.
   """
 
   def __init__(self, l2_norm_clip, noise_multiplier, population_size, *args,
                num_microbatches=None, dp_query=None,
                sampling=Sampling.FIXED_SIZE, sampling_probability=None,
-               self_check=True, **kwargs):
+               self_check=True, caller=None, **kwargs):
     super().__init__(*args, **kwargs)
     self._self_check = bool(self_check)
+    # The constructor refusals name (a wrapper's, e.g. tf_dp.compat's).
+    caller = caller or caller_api.CallerApi(type(self).__name__)
     if population_size is None:
-      raise ValueError("population_size is required by the Estimator "
-                       "optimizer. " + config_lib.POPULATION_SIZE_REQUIRED)
+      raise ValueError(
+          f"population_size, the number of training examples, is required: "
+          f"{caller.setting('population_size', 'len(x_train)')}. Every lot "
+          f"records it in the ledger to account privacy, and an Estimator's "
+          f"or a Session's input has no length to take it from.")
     if isinstance(dp_query, QueryWithLedger):
       raise ValueError(
-          "dp_query is wrapped in a QueryWithLedger: pass the query itself. "
-          "The Estimator optimizer records its own ledger in the graph "
-          "(read it with tf_dp.estimator.ledger_from_checkpoint).")
+          f"{caller.argument('dp_query')} is wrapped in a QueryWithLedger: "
+          f"pass the query itself. The Estimator optimizer records its own "
+          f"ledger in the graph (read it with "
+          f"tf_dp.estimator.ledger_from_checkpoint).")
     self._dp_config = config_lib.DPConfig(
         l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
         num_microbatches=num_microbatches, dp_query=dp_query,
         population_size=population_size, sampling=sampling,
-        sampling_probability=sampling_probability)
+        sampling_probability=sampling_probability, caller=caller)
     self._graph_state = {}
 
   @property
@@ -139,12 +164,16 @@ class _DPMixin:
     Raises:
       ValueError: if ``loss`` is a callable or a scalar, or
         under a ``tf.distribute`` strategy with several replicas.
+      RuntimeError: when executing eagerly (``tf.gradients`` needs a
+        graph), naming the Keras optimizers to use instead.
     """
     del kwargs
     _refuse_several_replicas()
+    caller = self._dp_config.caller
     if callable(loss):
-      raise ValueError("tf_dp v1 optimizers need the per-example loss "
-                       "tensor, not a callable.")
+      raise ValueError(_graph_only(caller, "a loss callable"))
+    if tf.executing_eagerly():
+      raise RuntimeError(_graph_only(caller, "a loss computed eagerly"))
     loss = tf.convert_to_tensor(loss)
     if not loss.shape.rank:
       raise ValueError(

@@ -91,6 +91,42 @@ class BatchSum(NamedTuple):
   without_gradient: FrozenSet[int]
 
 
+def require_eager_execution(constructor: str) -> None:
+  """Refuses to build Keras DP training where TensorFlow 2 behaviour is off.
+
+  Under ``tf.compat.v1.disable_v2_behavior()`` (or
+  ``disable_eager_execution()``, or inside a ``tf.Graph``) Keras trains
+  with its graph-mode loop, which never calls the ``train_step`` that
+  ``make_private`` installs (Keras 2), or cannot train at all (Keras 3);
+  and the ledger is read eagerly. Refused where the user builds the
+  optimizer or model, not at the first step.
+
+  Args:
+    constructor: What the user called, named in the message.
+
+  Raises:
+    RuntimeError: when not executing eagerly outside ``tf.function``s,
+      naming the fixes.
+  """
+  if tf.compat.v1.executing_eagerly_outside_functions():
+    return
+  raise RuntimeError(
+      f"{constructor} needs TensorFlow 2 behaviour (eager execution), which "
+      f"is off here: tf.compat.v1.disable_v2_behavior() or "
+      f"disable_eager_execution() was called in this process (TF Privacy's "
+      f"classification notebook does), or this code runs inside a graph "
+      f"(tf.Graph().as_default(), an Estimator model_fn). tf_dp trains a "
+      f"Keras model with its own train step (tf_dp.keras.make_private), "
+      f"which Keras's graph-mode training loop never calls, and keeps the "
+      f"privacy ledger in variables it reads eagerly. Fix: remove "
+      f"tf.compat.v1.disable_v2_behavior() (model.fit still runs the DP "
+      f"step as a compiled graph, a tf.function); in graph-mode code (an "
+      f"Estimator, a tf.compat.v1.Session) use the compat.v1 optimizers "
+      f"instead: tf_dp.estimator.DPGradientDescentOptimizer, or TF "
+      f"Privacy's DPGradientDescentGaussianOptimizer from tf_dp.compat."
+      f"tensorflow_privacy.privacy.optimizers.dp_optimizer.")
+
+
 class DPEngine(lot_engine.LotEngine):
   """The lot engine of one Keras ``DPOptimizer``: clipping by the fast or
   the vectorized path, DP batch-norm statistics and metrics.
@@ -99,8 +135,13 @@ class DPEngine(lot_engine.LotEngine):
   the gradient query (``preprocess_record``, or its ``record_scales`` on
   the fast path: the same clipped sum), each example's batch-norm
   statistics and metrics record by their own queries, all noised once per
-  lot in one ledger sample.
+  lot in one ledger sample. Built only with TensorFlow 2 behaviour on
+  (``require_eager_execution``).
   """
+
+  def __init__(self, config: Any, name: str = "tf_dp_engine") -> None:
+    require_eager_execution(config.caller.constructor)
+    super().__init__(config, name=name)
 
   def infer_population_size(self, examples: int) -> bool:
     """Takes n from the ``examples`` that a ``fit`` trains on (arrays of
@@ -146,9 +187,9 @@ class DPEngine(lot_engine.LotEngine):
           f"{examples} examples: population_size is the number of training "
           f"examples n, at least the number fit trains on, and a smaller "
           f"one records every lot with a q (batch / n) of another data set. "
-          f"Pass DPOptimizer(..., population_size=len(x_train)) (here "
-          f"{examples}, less any validation_split part), or leave it out to "
-          f"infer it from fit's arrays.")
+          f"Pass {cfg.caller.setting('population_size', 'len(x_train)')}, "
+          f"here {examples} less any validation_split part, or leave it out "
+          f"to infer it from fit's arrays.")
     if examples < cfg.population_size:
       warnings.warn(
           f"population_size={cfg.population_size} but fit trains on "

@@ -24,6 +24,7 @@ from tf_dp.analysis import ledger as ledger_accounting
 from tf_dp.analysis import fixed_order as fixed_order_accounting
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot_engine
+from tf_dp.core import caller_api
 from tf_dp.data import lots as data_lots
 from tf_dp.data import order as data_order
 from tf_dp.errors import SamplingMismatchError
@@ -31,18 +32,22 @@ from tf_dp.keras import fit_sampling
 from tf_dp.privacy_ledger import SamplingEvent
 from tf_dp.sampling import Sampling
 
-# The fixes every refusal names.
-FIXES = (
-    "Fix it: (1) let the order be random: fit(x, y, shuffle=True) on arrays "
-    "(Keras's default), or a tf.data pipeline that shuffles the examples "
-    "before batching, every epoch, with a buffer of at least n "
-    "(.shuffle(n).batch(B)); (2) draw the lots with tf_dp.data."
-    "poisson_sampled_batches (sampling=\"poisson\") or "
-    "fixed_size_sampled_batches (sampling=\"fixed_size\"); (3) declare the "
-    "order: DPOptimizer(..., sampling=\"fixed_order\") accounts each pass as "
-    "one Gaussian mechanism per example, without amplification; for several "
-    "passes in a fixed order, DPOptimizer(noise_strategy=...) (correlated "
-    "noise, fit(..., shuffle=False)) gives a smaller epsilon.")
+
+def fixes(caller: caller_api.CallerApi = caller_api.TF_DP) -> str:
+  """The fixes every refusal names, in the API of ``caller``'s constructor."""
+  declare_order = caller.setting("sampling", '"fixed_order"')
+  correlated_noise = caller.setting("noise_strategy", "...")
+  return (
+      "Fix it: (1) let the order be random: fit(x, y, shuffle=True) on "
+      "arrays (Keras's default), or a tf.data pipeline that shuffles the "
+      "examples before batching, every epoch, with a buffer of at least n "
+      "(.shuffle(n).batch(B)); (2) draw the lots with tf_dp.data."
+      "poisson_sampled_batches (sampling=\"poisson\") or "
+      "fixed_size_sampled_batches (sampling=\"fixed_size\"); (3) declare the "
+      f"order: {declare_order} accounts each pass as one Gaussian mechanism "
+      f"per example, without amplification; for several passes in a fixed "
+      f"order, {correlated_noise} (correlated noise, fit(..., shuffle=False)) "
+      f"gives a smaller epsilon.")
 
 
 def _array_order(bound: Dict[str, Any],
@@ -127,12 +132,13 @@ def check_order(config: config_lib.DPConfig, bound: Dict[str, Any],
                               population_size)
   if reason is not None:
     raise SamplingMismatchError(
-        f"DPOptimizer(sampling=\"shuffled\") records every batch as a random "
-        f"sample of the examples (q = batch_size / n), but {reason}. In a "
-        f"fixed order each example's batch and step are known, and the "
+        f"{config.caller.constructor} with sampling=\"shuffled\" (the "
+        f"default) records every batch as a random sample of the examples "
+        f"(q = batch_size / n), but {reason}. In a fixed order each "
+        f"example's batch and step are known, and the "
         f"ledger's epsilon would be far too small (that of unamplified "
         f"Gaussian mechanisms, one per pass, is several times larger). "
-        + FIXES)
+        + fixes(config.caller))
   if seed is not None:
     warnings.warn(
         f"fit trains on a tf.data pipeline shuffled with fixed seeds {seed} "

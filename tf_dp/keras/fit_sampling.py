@@ -458,9 +458,10 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
   declared = (data_lots.declared_sampling(x)
               if isinstance(x, tf.data.Dataset) else None)
   sampling = config.sampling
+  name = config.caller.constructor  # The optimizer as the caller built it.
   if sampling in _SAMPLERS and workers > 1:
     raise SamplingMismatchError(
-        f"DPOptimizer(sampling={sampling!r}) cannot train over {workers} "
+        f"{name}(sampling={sampling!r}) cannot train over {workers} "
         f"workers: each worker iterates its own copy of the dataset and "
         f"Keras shards it by batches, so a global step would join batches "
         f"of different draws (an example could be in a lot twice) while the "
@@ -486,13 +487,13 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
                f"(only a tf.data.Dataset can)")
     user = config.privacy_unit is PrivacyUnit.USER
     unit_arg = ", privacy_unit='user'" if user else ""
+    shuffled = config.caller.setting("sampling", '"shuffled"')
     third = ("lots over users are drawn by a sampler only (Keras cannot "
              "draw users)" if user else
-             "to train on arrays, use DPOptimizer(..., sampling=\"shuffled\")"
-             " (each example once per epoch; accounted as fixed-size "
-             "sampling, with a warning)")
+             f"to train on arrays, use {shuffled} (each example once per "
+             f"epoch; accounted as fixed-size sampling, with a warning)")
     raise SamplingMismatchError(
-        f"DPOptimizer(sampling={sampling!r}) declares lots drawn by "
+        f"{name}(sampling={sampling!r}) declares lots drawn by "
         f"{_sampler(config)}, but {call} was given {given}: the privacy "
         f"ledger would record {sampling} lots that were never drawn, and "
         f"its epsilon would not hold. Fix it: (1) pass fit the dataset of "
@@ -505,9 +506,9 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
   if declared.sampling != sampling:
     raise SamplingMismatchError(
         f"fit was given a dataset whose lots are marked as drawn with "
-        f"{what}, but DPOptimizer declares sampling={sampling!r}: the "
+        f"{what}, but {name} declares sampling={sampling!r}: the "
         f"ledger would record the lots as {sampling} lots (of their padded "
-        f"size), and its epsilon would not hold. Build the DPOptimizer "
+        f"size), and its epsilon would not hold. Build the {name} "
         f"with {what}, or train on lots drawn as it declares.")
   _check_privacy_unit_of_lots(config, declared)
   if config.privacy_unit is PrivacyUnit.USER and replicas > 1:
@@ -518,14 +519,14 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
       cast(float, config.sampling_probability), rel_tol=1e-12):
     raise SamplingMismatchError(
         f"fit was given Poisson lots drawn with sampling_probability="
-        f"{declared.sampling_probability!r}, but DPOptimizer declares "
+        f"{declared.sampling_probability!r}, but {name} declares "
         f"sampling_probability={config.sampling_probability!r}: the ledger "
         f"would record the wrong q. Pass the same sampling_probability to "
-        f"the sampler and to DPOptimizer.")
+        f"the sampler and to {name}.")
   if declared.batches_per_lot != config.gradient_accumulation_steps:
     raise SamplingMismatchError(
         f"fit was given {sampling} lots of batches_per_lot="
-        f"{declared.batches_per_lot} batches, but DPOptimizer("
+        f"{declared.batches_per_lot} batches, but {name}("
         f"gradient_accumulation_steps={config.gradient_accumulation_steps})"
         f" noises every {config.gradient_accumulation_steps} batches "
         f"together: its lots would not be the lots drawn (an example could "
@@ -537,8 +538,8 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
     raise SamplingMismatchError(
         f"fit was given {sampling} lots drawn from n = "
         f"{declared.population_size} {declared.privacy_unit}s, but the "
-        f"DPOptimizer's ledger "
-        f"records population_size={recorded_population_size}: it would "
+        f"{name}'s ledger records population_size="
+        f"{recorded_population_size}: it would "
         f"account the lots with the wrong n. Pass population_size="
         f"{declared.population_size} (and give its ledger that n).")
   if declared.seed is not None:

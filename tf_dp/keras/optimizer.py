@@ -151,6 +151,9 @@ class DPOptimizer(metaclass=_DPOptimizerType):
     ValueError: on invalid arguments, naming the argument (a
       ``tf_dp.errors.PrivacyError`` for arguments that cannot be combined
       without breaking the guarantee or its accounting).
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``; Estimator code uses
+      ``tf_dp.estimator``'s optimizers).
   """
 
   def __new__(cls, optimizer: Any, l2_norm_clip: Optional[float] = None,
@@ -173,7 +176,7 @@ class DPOptimizer(metaclass=_DPOptimizerType):
     del cls  # Returns the optimizer of the wrapped optimizer's flavour.
     inner = (backend.default().get_optimizer(optimizer)
              if isinstance(optimizer, str) else optimizer)
-    cfg = config_lib.DPConfig(
+    return from_dp_config(inner, config_lib.DPConfig(
         l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
         num_microbatches=num_microbatches,
         gradient_accumulation_steps=gradient_accumulation_steps,
@@ -185,6 +188,16 @@ class DPOptimizer(metaclass=_DPOptimizerType):
         metrics_noise_stddev=metrics_noise_stddev, secure_mode=secure_mode,
         noise_strategy=noise_strategy, max_passes=max_passes,
         privacy_unit=PrivacyUnit.check("privacy_unit", privacy_unit),
-        max_examples_per_user=max_examples_per_user)
-    dp_class = dp_classes.dp_optimizer_class(backend.for_object(inner))
-    return dp_class(inner, cfg, name=name)
+        max_examples_per_user=max_examples_per_user), name=name)
+
+
+def from_dp_config(optimizer: Any, config: config_lib.DPConfig,
+                   name: Optional[str] = None) -> Any:
+  """The ``DPOptimizer`` of ``optimizer``'s Keras flavour for a validated
+  ``config``: for front ends that build the ``DPConfig`` themselves (with
+  their own ``caller``, e.g. ``tf_dp.compat``).
+
+  Privacy contract: that of ``DPOptimizer`` with ``config``'s arguments.
+  """
+  dp_class = dp_classes.dp_optimizer_class(backend.for_object(optimizer))
+  return dp_class(optimizer, config, name=name)

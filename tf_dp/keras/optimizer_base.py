@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from tf_dp.core import caller_api
 from tf_dp.core import config as config_lib
 from tf_dp.errors import PrivacyError
 from tf_dp.keras import dp_step
@@ -24,11 +25,17 @@ if TYPE_CHECKING:
   from tf_dp.keras import dp_engine as dp_engine_lib
 
 
-SUMMED_GRADIENTS_ERROR = (
-    "tf_dp.DPOptimizer received gradients that Keras already summed over the "
-    "batch, so per-example clipping is impossible and training would not be "
-    "private. Convert the model before compiling it: "
-    "`model = tf_dp.keras.make_private(model)`.")
+def summed_gradients_error(caller: caller_api.CallerApi) -> str:
+  """The refusal of gradients summed over the batch (an unconverted model),
+  naming the optimizer as ``caller`` built it."""
+  optimizer = ("tf_dp.DPOptimizer" if caller == caller_api.TF_DP
+               else f"{caller.constructor} (a tf_dp.DPOptimizer)")
+  fix = (f" {caller.unconverted_model_fix}" if caller.unconverted_model_fix
+         else "")
+  return (f"{optimizer} received gradients that Keras already summed over "
+          f"the batch, so per-example clipping is impossible and training "
+          f"would not be private. Convert the model before compiling it: "
+          f"`model = tf_dp.keras.make_private(model)`.{fix}")
 
 
 def is_dp_optimizer(optimizer: Any) -> bool:

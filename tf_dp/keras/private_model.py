@@ -19,6 +19,7 @@ from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import UnsupportedModelError
 from tf_dp.keras import backend
+from tf_dp.keras import dp_engine
 from tf_dp.keras import dp_step
 from tf_dp.keras import first_batch
 from tf_dp.keras import fit_order
@@ -195,10 +196,14 @@ def make_private(model: Any) -> Any:
 
   Raises:
     ValueError: for layers that break per-example DP (with the fix).
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``: Keras's graph-mode loop
+      would never call the DP step).
 
   Example:
     >>> model = tf_dp.keras.make_private(model)
   """
+  dp_engine.require_eager_execution("tf_dp.keras.make_private")
   keras_backend = backend.for_object(model)
   if model.built and not model.trainable_variables:
     raise ValueError("The model has no trainable variables: there is "

@@ -14,9 +14,14 @@ for (see ``README.md``, "Migrating from TF Privacy"):
 
 Like ``tf_dp`` itself, this package imports nothing (TensorFlow included)
 until a name is used; the accounting names work without TensorFlow.
+Importing a TF Privacy module that it does not map raises an
+``ImportError`` naming what to use instead (``_unmapped``).
 """
 
 from tf_dp import _lazy_names
+from tf_dp.compat.tensorflow_privacy import _unmapped
+
+_unmapped.install()
 
 _PRIVACY = "tf_dp.compat.tensorflow_privacy.privacy"
 _ANALYSIS = _PRIVACY + ".analysis.compute_dp_sgd_privacy_lib"

@@ -96,11 +96,13 @@ class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
 
   def minimize(self, loss: Any, var_list: Sequence[Any],
                tape: Any = None) -> NoReturn:
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_gradients(self, grads_and_vars: Any, *args: Any,
                       **kwargs: Any) -> NoReturn:
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_private_gradients(self, grads: Sequence[Any],
                               trainable_variables: Sequence[Any]) -> None:

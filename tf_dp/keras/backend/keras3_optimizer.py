@@ -49,7 +49,8 @@ class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
 
   def apply(self, grads: Sequence[Any],
             trainable_variables: Any = None) -> NoReturn:
-    raise RuntimeError(optimizer_base.SUMMED_GRADIENTS_ERROR)
+    raise RuntimeError(
+        optimizer_base.summed_gradients_error(self.dp_config.caller))
 
   def apply_private_gradients(self, grads: Sequence[Any],
                               trainable_variables: Sequence[Any]) -> None:

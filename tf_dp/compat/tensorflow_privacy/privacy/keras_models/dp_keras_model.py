@@ -23,7 +23,11 @@ Privacy:
 
 import types
 
+from tf_dp.compat.tensorflow_privacy import _callers
 from tf_dp.compat.tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as layer_registry_lib
+from tf_dp.core import config as config_lib
+from tf_dp.keras import backend
+from tf_dp.keras import dp_engine
 from tf_dp.keras import optimizer as optimizer_lib
 from tf_dp.keras import optimizer_base
 from tf_dp.keras import private_model
@@ -33,17 +37,18 @@ def _dp_compile(self, optimizer="rmsprop", *args, population_size=None,  # pylin
   """``compile`` that wraps a plain optimizer in a ``tf_dp.DPOptimizer``."""
   dp = self._tf_dp_compat_config  # pylint: disable=protected-access
   if not optimizer_base.is_dp_optimizer(optimizer):
-    population_size = population_size or dp.population_size
-    optimizer = optimizer_lib.DPOptimizer(
-        optimizer, l2_norm_clip=dp.l2_norm_clip,
-        noise_multiplier=dp.noise_multiplier,
+    if isinstance(optimizer, str):
+      optimizer = backend.default().get_optimizer(optimizer)
+    optimizer = optimizer_lib.from_dp_config(optimizer, config_lib.DPConfig(
+        l2_norm_clip=dp.l2_norm_clip, noise_multiplier=dp.noise_multiplier,
         num_microbatches=dp.num_microbatches,
-        population_size=population_size)
+        population_size=population_size or dp.population_size,
+        caller=dp.caller))
   return type(self).compile(self, optimizer, *args, **kwargs)
 
 
-def _make_dp(model, l2_norm_clip, noise_multiplier, num_microbatches,
-             layer_registry, population_size):
+def _make_dp(constructor, model, l2_norm_clip, noise_multiplier,
+             num_microbatches, layer_registry, population_size):
   if layer_registry is not None and not isinstance(
       layer_registry, layer_registry_lib.LayerRegistry):
     raise ValueError(
@@ -57,7 +62,8 @@ def _make_dp(model, l2_norm_clip, noise_multiplier, num_microbatches,
   model = private_model.make_private(model)
   model._tf_dp_compat_config = types.SimpleNamespace(  # pylint: disable=protected-access
       l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
-      num_microbatches=num_microbatches, population_size=population_size)
+      num_microbatches=num_microbatches, population_size=population_size,
+      caller=_callers.keras_model(constructor))
   model.compile = types.MethodType(_dp_compile, model)
   return model
 
@@ -85,6 +91,8 @@ def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylin
     ValueError: for ``layer_registry``, a bool ``num_microbatches``, or a
       layer ``make_private`` refuses (with the fix); from ``compile``
       without ``population_size``.
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``), naming the fix.
 
   Example:
     >>> model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.1,
@@ -93,8 +101,10 @@ def DPSequential(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylin
     >>> model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
   """
   del use_xla
+  dp_engine.require_eager_execution("DPSequential")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return _make_dp(tf.keras.Sequential(*args, **kwargs), l2_norm_clip,
+  return _make_dp("DPSequential", tf.keras.Sequential(*args, **kwargs),
+                  l2_norm_clip,
                   noise_multiplier, num_microbatches, layer_registry,
                   population_size)
 
@@ -108,7 +118,8 @@ def DPModel(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: di
   ``**kwargs`` (``inputs=``, ``outputs=``) go to ``tf.keras.Model``.
   """
   del use_xla
+  dp_engine.require_eager_execution("DPModel")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return _make_dp(tf.keras.Model(*args, **kwargs), l2_norm_clip,
+  return _make_dp("DPModel", tf.keras.Model(*args, **kwargs), l2_norm_clip,
                   noise_multiplier, num_microbatches, layer_registry,
                   population_size)

@@ -21,12 +21,19 @@ e.g. ``learning_rate``). What changes:
   tensorflow_privacy`` queries are); the ledger is the optimizer's own,
   saved in the checkpoint (``tf_dp.estimator.ledger_from_checkpoint``).
 * The functions return optimizer objects, not classes.
+* Graph mode only (an Estimator ``model_fn``, a ``tf.compat.v1``
+  Session): TF Privacy's eager use (a loss callable, a loss computed
+  eagerly) is refused, naming the Keras optimizers to use instead.
+* Refusals name the function called (``DPGradientDescentGaussianOptimizer
+  (..., population_size=...)``) and TF Privacy's ``dp_sum_query``.
 
 Privacy contract: that of ``tf_dp.estimator.DPGradientDescentOptimizer``:
 each record's gradient (an example, or a microbatch's mean) is clipped to
 ``l2_norm_clip``, N(0, (noise_multiplier * l2_norm_clip)^2) is added to the
 sum once per step, and each step is one ledger sample.
 """
+
+from tf_dp.compat.tensorflow_privacy import _callers
 
 
 def _v1_train():
@@ -38,6 +45,7 @@ def make_gaussian_optimizer_class(cls):
   """TF Privacy's factory: a function building Gaussian DP versions of the
   ``tf.compat.v1.train`` optimizer class ``cls`` (see the module
   docstring)."""
+  name = f"DP{cls.__name__.replace('Optimizer', '')}GaussianOptimizer"
 
   def dp_optimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=keyword-arg-before-vararg
                    unroll_microbatches=False, *args, population_size=None,
@@ -46,16 +54,17 @@ def make_gaussian_optimizer_class(cls):
     from tf_dp.estimator import dp_optimizer_v1  # pylint: disable=g-import-not-at-top
     return dp_optimizer_v1.dp_optimizer_class(cls)(
         l2_norm_clip, noise_multiplier, population_size, *args,
-        num_microbatches=num_microbatches, **kwargs)
+        num_microbatches=num_microbatches,
+        caller=_callers.v1_optimizer(name), **kwargs)
 
-  dp_optimizer.__name__ = dp_optimizer.__qualname__ = (
-      f"DP{cls.__name__.replace('Optimizer', '')}GaussianOptimizer")
+  dp_optimizer.__name__ = dp_optimizer.__qualname__ = name
   return dp_optimizer
 
 
 def make_optimizer_class(cls):
   """TF Privacy's factory: a function building DP versions of ``cls``
   around a query (``dp_sum_query``; see the module docstring)."""
+  name = f"DP{cls.__name__}"
 
   def dp_optimizer(dp_sum_query, num_microbatches=None,  # pylint: disable=keyword-arg-before-vararg
                    unroll_microbatches=False,
@@ -65,9 +74,9 @@ def make_optimizer_class(cls):
     from tf_dp.estimator import dp_optimizer_v1  # pylint: disable=g-import-not-at-top
     return dp_optimizer_v1.dp_optimizer_class(cls)(
         None, None, population_size, *args, num_microbatches=num_microbatches,
-        dp_query=dp_sum_query, **kwargs)
+        dp_query=dp_sum_query, caller=_callers.v1_optimizer(name), **kwargs)
 
-  dp_optimizer.__name__ = dp_optimizer.__qualname__ = f"DP{cls.__name__}"
+  dp_optimizer.__name__ = dp_optimizer.__qualname__ = name
   return dp_optimizer
 
 

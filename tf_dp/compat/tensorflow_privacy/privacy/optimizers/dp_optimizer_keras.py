@@ -9,7 +9,10 @@ around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
 * ``tf.keras.Model.compile`` given one of these optimizers converts the
   model with ``tf_dp.keras.make_private`` (TF Privacy computed a jacobian
   inside ``minimize``; Keras 3 never shows an optimizer per-example
-  losses, so tf_dp's step replaces the model's). A model of another Keras
+  losses, so tf_dp's step replaces the model's). The first optimizer made
+  installs that conversion: make it before the ``compile`` call, as TF
+  Privacy's tutorials do (made inside the call's arguments, the first
+  step fails, weights unchanged, with that fix). A model of another Keras
   (``tf_keras`` beside Keras 3) must be converted by hand before
   ``compile``; unconverted, it fails at its first step, weights unchanged,
   with that fix.
@@ -27,12 +30,17 @@ around ``tf.keras.optimizers.SGD`` (``Adam``, ``Adagrad``). What changes:
   batch as one record).
 * The functions return optimizer objects, not classes: ``isinstance`` and
   subclassing of ``DPKerasSGDOptimizer`` do not apply.
+* TensorFlow 2 behaviour only: after ``tf.compat.v1.disable_v2_behavior()``
+  (TF Privacy's classification notebook) they refuse to be made, naming
+  the fix (remove that call; ``fit`` still runs a compiled graph).
 """
 
 import functools
 import math
 import warnings
 
+from tf_dp.compat.tensorflow_privacy import _callers
+from tf_dp.core import config as config_lib
 from tf_dp.keras import optimizer as optimizer_lib
 from tf_dp.keras import private_model
 
@@ -45,10 +53,11 @@ ACCUMULATION_WARNING = (
     "noise_multiplier={effective:.4g}.")
 
 
-def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
-                  num_microbatches, gradient_accumulation_steps, args,
-                  kwargs):
-  """A ``tf_dp.DPOptimizer`` around ``keras_optimizer_cls(*args, **kwargs)``."""
+def _dp_optimizer(constructor, keras_optimizer_cls, l2_norm_clip,
+                  noise_multiplier, num_microbatches,
+                  gradient_accumulation_steps, args, kwargs):
+  """A ``tf_dp.DPOptimizer`` around ``keras_optimizer_cls(*args, **kwargs)``
+  whose refusals name ``constructor`` (TF Privacy's name for it)."""
   population_size = kwargs.pop("population_size", None)
   sampling = kwargs.pop("sampling", "shuffled")
   if (isinstance(gradient_accumulation_steps, int)
@@ -57,11 +66,13 @@ def _dp_optimizer(keras_optimizer_cls, l2_norm_clip, noise_multiplier,
         k=gradient_accumulation_steps,
         effective=noise_multiplier * math.sqrt(gradient_accumulation_steps)),
                   UserWarning, stacklevel=3)
-  optimizer = optimizer_lib.DPOptimizer(
-      keras_optimizer_cls(*args, **kwargs), l2_norm_clip=l2_norm_clip,
-      noise_multiplier=noise_multiplier, num_microbatches=num_microbatches,
-      gradient_accumulation_steps=gradient_accumulation_steps,
-      population_size=population_size, sampling=sampling)
+  optimizer = optimizer_lib.from_dp_config(
+      keras_optimizer_cls(*args, **kwargs), config_lib.DPConfig(
+          l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+          num_microbatches=num_microbatches,
+          gradient_accumulation_steps=gradient_accumulation_steps,
+          population_size=population_size, sampling=sampling,
+          caller=_callers.keras_optimizer(constructor)))
   optimizer._tf_dp_convert_on_compile = True  # pylint: disable=protected-access
   _convert_models_on_compile()
   return optimizer
@@ -116,7 +127,7 @@ def make_keras_optimizer_class(cls):
 
   def dp_optimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  # pylint: disable=keyword-arg-before-vararg
                    gradient_accumulation_steps=1, *args, **kwargs):
-    return _dp_optimizer(cls, l2_norm_clip, noise_multiplier,
+    return _dp_optimizer(name, cls, l2_norm_clip, noise_multiplier,
                          num_microbatches, gradient_accumulation_steps, args,
                          kwargs)
 
@@ -157,13 +168,16 @@ def DPKerasSGDOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None,  
 
   Raises:
     ValueError: on an invalid argument.
+    RuntimeError: with TensorFlow 2 behaviour off
+      (``tf.compat.v1.disable_v2_behavior()``, as TF Privacy's
+      classification notebook runs), naming the fix.
 
   Example:
     >>> model.compile(optimizer=DPKerasSGDOptimizer(
     ...     l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.1,
     ...     population_size=len(x_train)), loss="mse")
   """
-  return _dp_optimizer(_keras_optimizers().SGD,
+  return _dp_optimizer("DPKerasSGDOptimizer", _keras_optimizers().SGD,
                        l2_norm_clip, noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)
 
@@ -172,7 +186,7 @@ def DPKerasAdamOptimizer(l2_norm_clip, noise_multiplier, num_microbatches=None, 
                          gradient_accumulation_steps=1, *args, **kwargs):
   """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adam``: same contract,
   arguments and errors."""
-  return _dp_optimizer(_keras_optimizers().Adam,
+  return _dp_optimizer("DPKerasAdamOptimizer", _keras_optimizers().Adam,
                        l2_norm_clip, noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)
 
@@ -182,6 +196,7 @@ def DPKerasAdagradOptimizer(l2_norm_clip, noise_multiplier,  # pylint: disable=i
                             gradient_accumulation_steps=1, *args, **kwargs):
   """``DPKerasSGDOptimizer`` with ``tf.keras.optimizers.Adagrad``: same
   contract, arguments and errors."""
-  return _dp_optimizer(_keras_optimizers().Adagrad,
-                       l2_norm_clip, noise_multiplier, num_microbatches,
+  return _dp_optimizer("DPKerasAdagradOptimizer",
+                       _keras_optimizers().Adagrad, l2_norm_clip,
+                       noise_multiplier, num_microbatches,
                        gradient_accumulation_steps, args, kwargs)
