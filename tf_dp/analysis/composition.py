@@ -7,13 +7,16 @@ Poisson subsampling (Li, Qardaji & Su 2012, Thm. 1; Ermis & Cemgil 2017,
 eq. (7)), the classical Gaussian mechanism (Dwork & Roth 2014, Thm. A.1) and
 zero-concentrated DP (Bun & Steinke 2016, Prop. 1.3, 1.6 and Lemma 1.7; Ermis
 & Cemgil 2017, eq. (6)). They are looser than RDP accounting and are kept to
-reproduce published figures and as independent upper bounds.
+reproduce published figures and as independent upper bounds. Group privacy
+(Vadhan 2017, Lemma 2.2) turns an example-level curve into a bound for a
+user's k examples.
 """
 
 import math
-from typing import Tuple
+from typing import Callable, Tuple
 
 import numpy as np
+from scipy import optimize
 
 from tf_dp.analysis import checks
 
@@ -137,3 +140,60 @@ def strong_composition_dp_sgd_epsilon(sampling_probability: float,
     return (math.sqrt(2 * steps * math.log(2.0 / delta)) * eps_step
             + steps * eps_step ** 2)
   return advanced_composition(eps_step, 0.0, steps, delta / 2.0)[0]
+
+
+def _log_group_delta_factor(epsilon: float, group_size: int) -> float:
+  """log((e^{k eps} - 1) / (e^eps - 1)) = log(sum_{j<k} e^{j eps}), k >= 1."""
+  if epsilon == 0:
+    return math.log(group_size)
+  return ((group_size - 1) * epsilon + math.log(-math.expm1(
+      -group_size * epsilon)) - math.log(-math.expm1(-epsilon)))
+
+
+def group_privacy_epsilon(epsilon_at_delta: Callable[[float], float],
+                          group_size: int, delta: float) -> float:
+  """Epsilon for groups of ``group_size`` records (e.g. one user's examples).
+
+  Privacy contract: if a mechanism is ``(epsilon_at_delta(d), d)``-DP for
+  neighbours differing in one record, for every d, it is (returned
+  epsilon, ``delta``)-DP for data sets differing in ``group_size`` = k
+  records (Vadhan 2017, Lemma 2.2: (eps, d)-DP implies (k eps,
+  d (e^{k eps} - 1) / (e^eps - 1)) for groups of k). The d whose group
+  delta is ``delta`` is found by bracketing downwards by factors of 10,
+  then Brent's method; ``inf`` if no d down to ``delta`` e^-200 reaches it.
+  An upper bound, loose for large k: accountants that know how the k
+  records are sampled are tighter.
+
+  Args:
+    epsilon_at_delta: d -> epsilon of one record at delta d (e.g. from
+      ``get_privacy_spent`` on a ledger's RDP); non-increasing in d.
+    group_size: k >= 1.
+    delta: The group's delta, in (0, 1).
+
+  Returns:
+    The group's epsilon (``inf`` when group privacy gives no finite one).
+
+  Example:
+    >>> group_privacy_epsilon(lambda d: 1.0, 2, 1e-5)  # 2.0 (d = 1e-5/(e+1))
+  """
+  k = checks.check_positive_int("group_size", group_size)
+  delta = checks.check_delta("delta", delta)
+  if k == 1:
+    return float(epsilon_at_delta(delta))
+  target = math.log(delta)
+
+  def excess(log_d):  # log(group delta / delta); increases with log_d.
+    eps = epsilon_at_delta(math.exp(log_d))
+    if not math.isfinite(eps) or k * eps > 700:
+      return math.inf
+    return log_d + _log_group_delta_factor(eps, k) - target
+
+  hi, lo = target, target - math.log(10)
+  while excess(lo) > 0:
+    if not math.isfinite(excess(lo)) or lo < target - 200:
+      return math.inf
+    hi, lo = lo, lo - math.log(10)
+  if excess(hi) <= 0:
+    return k * float(epsilon_at_delta(math.exp(hi)))
+  root = optimize.brentq(excess, lo, hi, xtol=1e-10)
+  return k * float(epsilon_at_delta(math.exp(root)))

@@ -21,9 +21,8 @@ import math
 import textwrap
 import warnings
 
-from scipy import optimize
-
 from tf_dp.analysis import checks
+from tf_dp.analysis import composition
 from tf_dp.analysis import conversion
 from tf_dp.analysis import dp_sgd_privacy
 from tf_dp.analysis import pld
@@ -117,34 +116,6 @@ def _example_epsilon(num_epochs, noise_multiplier, delta, used_microbatching,
                                         target_delta=delta)[0]
 
 
-def _group_epsilon(example_epsilon_at, user_delta, k):
-  """Vadhan (2017), Lemma 2.2: k-fold group privacy of (eps, delta)-DP is
-  (k eps, delta (e^{k eps} - 1) / (e^eps - 1)). Finds the example-level
-  delta whose user-level delta is ``user_delta`` (bracketing downwards in
-  steps of 10x, then Brent's method) and returns k times its epsilon;
-  ``inf`` if no example-level delta reaches ``user_delta``."""
-  target = math.log(user_delta)
-
-  def gap(log_delta):  # Increases with log_delta where finite.
-    eps = example_epsilon_at(log_delta)
-    if not math.isfinite(eps) or k * eps > 700:
-      return math.inf
-    if eps == 0:
-      return log_delta + math.log(k) - target
-    return log_delta + _log_expm1(k * eps) - _log_expm1(eps) - target
-
-  hi = target
-  lo = hi - math.log(10)
-  while gap(lo) > 0:
-    if not math.isfinite(gap(lo)) or lo < target - 200:
-      return math.inf
-    hi, lo = lo, lo - math.log(10)
-  if gap(hi) <= 0:
-    return k * example_epsilon_at(hi)
-  root = optimize.brentq(gap, lo, hi, xtol=1e-10)
-  return k * example_epsilon_at(root)
-
-
 def _user_epsilon(num_epochs, noise_multiplier, user_delta, k,
                   used_microbatching, sampling_probability, accountant_type):
   """User-level epsilon for at most ``k`` examples per user."""
@@ -156,11 +127,11 @@ def _user_epsilon(num_epochs, noise_multiplier, user_delta, k,
                             accountant_type)
 
   @functools.lru_cache(maxsize=None)
-  def example_epsilon_at(log_delta):
-    return _example_epsilon(num_epochs, noise_multiplier,
-                            math.exp(log_delta), used_microbatching,
-                            sampling_probability, accountant_type)
-  return _group_epsilon(example_epsilon_at, user_delta, k)
+  def example_epsilon_at(example_delta):
+    return _example_epsilon(num_epochs, noise_multiplier, example_delta,
+                            used_microbatching, sampling_probability,
+                            accountant_type)
+  return composition.group_privacy_epsilon(example_epsilon_at, k, user_delta)
 
 
 def _check_statement_args(number_of_examples, batch_size, num_epochs,
