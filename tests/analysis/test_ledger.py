@@ -1,6 +1,7 @@
 """Tests of post-hoc ledger accounting (pure Python, plain-data ledgers)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -124,6 +125,63 @@ def test_shuffled_is_accounted_as_fixed_size_and_warns_once():
                              analysis.compute_rdp_from_ledger(fixed, ORDERS))
   with pytest.warns(UserWarning, match="Chua et al. 2024"):
     assert len(analysis.ledger_events(shuffled)) == 7
+
+
+class _LedgerObject:
+  """A ledger object as the accountant reads one (its ``to_dict``)."""
+
+  def __init__(self, export):
+    self.export = export
+
+  def to_dict(self, ledger_format=None):
+    del ledger_format
+    return self.export
+
+
+def _shuffled_warnings(calls):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")  # Python's own once-per-line filter off.
+    for call in calls:
+      call()
+  return len([w for w in caught if "'shuffled' sampling" in str(w.message)])
+
+
+def test_shuffled_warning_is_said_once_per_ledger_object():
+  """Tutorial 1 printed it three times for one run (an epoch's epsilon, a
+  PrivacyBudget's plan, the user's call): once per ledger object now; a
+  new ledger (another run) warns again, an export (no identity: any run's)
+  at every call, and warn_shuffled=False says nothing and uses nothing."""
+  export = ledger([sample(sampling="shuffled")] * 7)
+  run = _LedgerObject(export)
+  quiet = lambda: ledger_lib.ledger_event_runs(run, warn_shuffled=False)
+  assert _shuffled_warnings([quiet]) == 0
+  accountings = [
+      lambda: analysis.compute_epsilon_from_ledger(run, 1e-5),
+      lambda: analysis.compute_rdp_from_ledger(run, ORDERS),
+      lambda: analysis.ledger_events(run),
+      lambda: analysis.compute_epsilon_from_ledger(run, 1e-5,
+                                                   accountant="rdp")]
+  assert _shuffled_warnings(accountings) == 1
+  assert _shuffled_warnings(accountings) == 0
+  another_run = _LedgerObject(export)
+  assert _shuffled_warnings(
+      [lambda: analysis.compute_epsilon_from_ledger(another_run, 1e-5)]) == 1
+  assert _shuffled_warnings(
+      [lambda: analysis.compute_epsilon_from_ledger(export, 1e-5)] * 2) == 2
+  fixed = _LedgerObject(ledger([sample(sampling="fixed_size")] * 7))
+  assert _shuffled_warnings(
+      [lambda: analysis.compute_epsilon_from_ledger(fixed, 1e-5)]) == 0
+
+
+def test_the_warning_points_at_the_accounting_call():
+  with pytest.warns(UserWarning, match="'shuffled' sampling") as caught:
+    analysis.compute_epsilon_from_ledger(
+        _LedgerObject(ledger([sample(sampling="shuffled")])), 1e-5)
+  assert caught[0].filename == __file__
+  with pytest.warns(UserWarning, match="'shuffled' sampling") as caught:
+    analysis.compute_rdp_from_ledger(
+        _LedgerObject(ledger([sample(sampling="shuffled")])), ORDERS)
+  assert caught[0].filename == __file__
 
 
 def test_shuffled_maps_to_dp_accounting_like_fixed_size():

@@ -3,6 +3,7 @@ by the CSV and TensorBoard loggers), training stopped before the target is
 exceeded, and lots never larger than planned."""
 
 import csv
+import warnings
 
 import numpy as np
 import pytest
@@ -34,6 +35,29 @@ def test_budget_logs_epsilon_each_epoch(K):
     expected, _ = tf_dp.analysis.compute_dp_sgd_privacy(
         64, 16, 2.0, epoch, 1e-5, sampling="fixed_size")
     assert value == pytest.approx(expected, rel=1e-5)
+
+
+def _shuffled_warnings(calls):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")  # Python's own once-per-line filter off.
+    for call in calls:
+      call()
+  return len([w for w in caught if "'shuffled' sampling" in str(w.message)])
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_the_shuffled_sampling_warning_is_said_once_per_run(K):
+  """Tutorial 1 printed it three times for one fit (the budget's plan, the
+  epoch's epsilon, the user's own epsilon; with every call shown, 5 times
+  here): once per run, i.e. per ledger, now (another ledger warns again:
+  tests/analysis/test_ledger.py)."""
+  x, y = helpers.make_data("dense", 64)
+  model = dense_model(K, 64, l2_norm_clip=1.0, noise_multiplier=2.0)
+  fit = lambda: model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[
+      tf_dp.keras.PrivacyBudget(delta=1e-5, target_epsilon=100.0)])
+  epsilon = lambda: tf_dp.analysis.compute_epsilon_from_ledger(
+      model.optimizer.ledger, 1e-5)
+  assert _shuffled_warnings([fit, epsilon]) == 1
 
 
 def _tensorboard_scalars(logdir, tag):

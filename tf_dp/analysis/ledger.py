@@ -23,6 +23,7 @@ import json
 import math
 import numbers
 import warnings
+import weakref
 from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -120,14 +121,36 @@ _SHUFFLED_WARNING = (
     "Implementations?'). For a guarantee, feed the model from tf_dp.data's "
     "Poisson or fixed-size samplers.")
 
+# The ledger objects whose "shuffled" samples were warned about: one
+# warning per ledger (per run), whichever accounting comes first (an
+# epoch's epsilon, a PrivacyBudget's plan, the user's call). Weakly held.
+_WARNED_LEDGERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
-def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
+
+def _warn_shuffled_once(ledger: LedgerLike, stacklevel: int) -> None:
+  """Warns that "shuffled" samples are accounted by an approximation: once
+  per ledger object, and for every export (a dict or JSON text, which
+  carries no identity: each may be another run's). ``stacklevel`` is
+  ``warnings.warn``'s, counted from this function's caller."""
+  if hasattr(ledger, "to_dict"):
+    if ledger in _WARNED_LEDGERS:
+      return
+    _WARNED_LEDGERS.add(ledger)
+  warnings.warn(_SHUFFLED_WARNING, UserWarning, stacklevel=stacklevel + 1)
+
+
+def ledger_event_runs(ledger: LedgerLike,
+                      warn_shuffled: bool = True
+                      ) -> List[Tuple[LedgerEvent, int]]:
   """``(LedgerEvent, count)`` pairs: runs of identical consecutive samples.
 
   An accountant composes each event ``count`` times at once; a 10^6-step
   run with constant hyperparameters is one pair. Samples whose sum
   queries reduce to the same noise multiplier (eq. (1)) share a run.
-  Warns (``UserWarning``, once per call) if any sample is ``"shuffled"``.
+  Warns (``UserWarning``) if any sample is ``"shuffled"``: once per ledger
+  object (the first accounting of a run: ``fit``'s epsilon, a
+  ``PrivacyBudget``'s plan or the user's call), at every call for an
+  export; never with ``warn_shuffled=False``.
 
   Raises:
     PrivacyError: if the samples do not all have one privacy unit (a
@@ -137,8 +160,17 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
       one records no sum query (a correlated-noise run's samples without
       its record: part of a ledger).
   """
+  return _event_runs(_export(ledger), ledger if warn_shuffled else None,
+                     stacklevel=3)
+
+
+def _event_runs(export: Any, warn_about: Optional[LedgerLike],
+                stacklevel: int) -> List[Tuple[LedgerEvent, int]]:
+  """``ledger_event_runs`` of an export; warns about ``warn_about`` (the
+  ledger as given, or None: no warning) at ``warnings.warn``'s
+  ``stacklevel`` counted from this function's caller."""
   out: List[Tuple[LedgerEvent, int]] = []
-  runs = ledger_runs(ledger)
+  runs = ledger_runs(export)
   _privacy_unit_of_runs(runs)
   # A fixed-order sample without queries closes a pass and released
   # nothing (tf_dp.analysis.fixed_order); a correlated-noise run, whose
@@ -161,8 +193,9 @@ def ledger_event_runs(ledger: LedgerLike) -> List[Tuple[LedgerEvent, int]]:
       out[-1] = (event, out[-1][1] + count)
     else:
       out.append((event, count))
-  if any(e.sampling == Sampling.SHUFFLED for e, _ in out):
-    warnings.warn(_SHUFFLED_WARNING, UserWarning, stacklevel=3)
+  if warn_about is not None and any(e.sampling == Sampling.SHUFFLED
+                                    for e, _ in out):
+    _warn_shuffled_once(warn_about, stacklevel + 1)
   return out
 
 
@@ -228,8 +261,8 @@ def compute_epsilon_from_ledger(
   if isinstance(export, dict) and ledger_schema.CORRELATED_NOISE_KEY in export:
     return _correlated_noise_epsilon(export, delta), math.nan
   return event_accounting.epsilon_of_runs(
-      ledger_event_runs(export), delta, orders=orders, conversion=conversion,
-      accountant=accountant)
+      _event_runs(export, ledger, stacklevel=2), delta, orders=orders,
+      conversion=conversion, accountant=accountant)
 
 
 def _correlated_noise_epsilon(export, delta):

@@ -165,9 +165,8 @@ def close_open_pass(engine: lot_engine.LotEngine) -> None:
   if engine.config.sampling is not Sampling.FIXED_ORDER:
     return
   ledger = engine.ledger
-  with warnings.catch_warnings():  # A "shuffled" sample's: not this one's.
-    warnings.simplefilter("ignore", UserWarning)
-    runs = ledger_accounting.ledger_event_runs(ledger)
+  # A "shuffled" sample's warning is not this one's (nor used up here).
+  runs = ledger_accounting.ledger_event_runs(ledger, warn_shuffled=False)
   examples, last = fixed_order_accounting.open_pass(runs)
   if not examples:
     return
