@@ -55,10 +55,10 @@ per_user = np.bincount(user_ids)
 per_user = per_user[per_user > 0]
 ranked = np.sort(per_user)[::-1]
 top_tenth = ranked[:len(ranked) // 10].sum() / n
+p90, p99 = np.percentile(per_user, [90, 99])
 print(f"windows per user: median {np.median(per_user):.0f}, 90th percentile "
-      f"{np.percentile(per_user, 90):.0f}, 99th {np.percentile(per_user, 99):.0f},"
-      f" max {per_user.max()}; the 10% most active users hold "
-      f"{top_tenth:.0%} of the windows")
+      f"{p90:.0f}, 99th {p99:.0f}, max {per_user.max()}; the 10% most active "
+      f"users hold {top_tenth:.0%} of the windows")
 for u in np.argsort(-np.bincount(user_ids))[:5]:
   print(f"  {data.users[u]:40s} {np.sum(user_ids == u):4d} windows")
 
@@ -129,8 +129,10 @@ model, accuracies, seconds = train_private(
     population_size=n)
 ledger = model.optimizer.ledger
 eps = tf_dp.analysis.compute_epsilon_from_ledger(ledger, DELTA)[0]
-print(tf_dp.analysis.epsilon_statement(eps, DELTA,
-                                       tf_dp.analysis.ledger_privacy_unit(ledger)))
+print(f"{example_steps} lots of {BATCH} windows on average, noise multiplier "
+      f"{z_example:.3f}")
+print(tf_dp.analysis.epsilon_statement(
+    eps, DELTA, tf_dp.analysis.ledger_privacy_unit(ledger)))
 results["example-level DP-SGD"] = dict(
     accuracies=accuracies, seconds=seconds, unit="window", epsilon=eps)
 
@@ -202,7 +204,8 @@ model, accuracies, seconds = train_private(
     lots, noise_multiplier=z_capped, sampling_probability=capped_q,
     population_size=len(keep))
 epsilon_at = example_epsilon_at(capped_q, z_capped, capped_steps)
-print(f"{len(keep)} windows kept, noise multiplier {z_capped:.2f}: epsilon "
+print(f"{len(keep)} windows kept; {capped_steps} lots of {BATCH} windows on "
+      f"average, noise multiplier {z_capped:.3f}: epsilon "
       f"{epsilon_at(DELTA):.3f} per window, {user_epsilon(epsilon_at, K):.3f}"
       f" per user")
 results[f"ELS (<= {K} windows per user)"] = dict(
@@ -222,14 +225,16 @@ USERS_PER_LOT = 216
 user_q = USERS_PER_LOT / n_users
 z_user = tf_dp.analysis.compute_noise_multiplier(
     n_users, USERS_PER_LOT, EPSILON, EPOCHS["uls"], DELTA)
-lots = tf_dp.data.poisson_sampled_users(
-    x, y, user_ids, user_q, round(EPOCHS["uls"] / user_q),
-    max_examples_per_user=K)
+user_steps = round(EPOCHS["uls"] / user_q)
+lots = tf_dp.data.poisson_sampled_users(x, y, user_ids, user_q, user_steps,
+                                        max_examples_per_user=K)
 model, accuracies, seconds = train_private(
     lots, noise_multiplier=z_user, sampling_probability=user_q,
     population_size=n_users, privacy_unit="user", max_examples_per_user=K)
 ledger = model.optimizer.ledger
 eps_user = tf_dp.analysis.compute_epsilon_from_ledger(ledger, DELTA)[0]
+print(f"{user_steps} lots of {USERS_PER_LOT} users on average (at most {K} "
+      f"windows each), noise multiplier {z_user:.3f}")
 print(tf_dp.analysis.epsilon_statement(
     eps_user, DELTA, tf_dp.analysis.ledger_privacy_unit(ledger)))
 results["user-level DP-SGD (ULS)"] = dict(
