@@ -5,8 +5,9 @@ inputs, expected numbers and assertions unchanged) with its
 ``tensorflow_privacy`` imports answered by ``tf_dp.compat.
 tensorflow_privacy`` (``tests/compat/tf_privacy_tests.py``). The few tests
 that check a behaviour tf_dp changes on purpose are expected to fail
-(strict: one that starts passing fails the run), each with the README row
-that documents the difference. Tests that cannot run on a stack (no
+(strict: one that starts passing fails the run), each with the row of the
+migration table (docs/guides/migrating_from_tf_privacy.md) that documents
+the difference. Tests that cannot run on a stack (no
 ``tf.estimator`` after TF 2.15, Keras 3 API changes) or that use a name
 tf_dp does not map are not run (``NOT_RUN``, with the reason); cases that
 take seconds each beyond the first few of a test are marked slow.
@@ -38,22 +39,22 @@ FILES = (
     "privacy/keras_models/dp_keras_model_test.py",
     "privacy/keras_models/dp_keras_model_distributed_test.py",
 )
-# Not listed: the test files of modules tf_dp.compat does not map (README,
-# Migrating from TF Privacy, "Not mapped"): dp_optimizer_vectorized, tree
+# Not listed: the test files of modules tf_dp.compat does not map (the
+# migration table, "Not mapped"): dp_optimizer_vectorized, tree
 # aggregation, discrete Gaussian and Skellam queries, bolt-on, Estimator
 # heads, the fast_gradient_clipping internals (clip_grads, registry
 # functions), dp_optimizer_keras_sparse.
 
 _STATEMENT = (
     "tf_dp writes its own statement text (its numbers are TF Privacy's: "
-    "tests/compat/test_compute_dp_sgd_privacy_lib.py); README, Migrating "
-    "from TF Privacy, compute_dp_sgd_privacy_statement")
+    "tests/compat/test_compute_dp_sgd_privacy_lib.py); migration table, "
+    "compute_dp_sgd_privacy_statement")
 # "<file stem>.<class>.<method>" -> the documented difference it checks.
 EXPECTED_DIFFERENCES = {
     "gaussian_query_test.GaussianQueryTest."
     "test_gaussian_sum_with_changing_clip_no_noise":
-        "the clip is a number, not a tf.Variable (README, Migrating from "
-        "TF Privacy, GaussianSumQuery: numeric clips)",
+        "the clip is a number, not a tf.Variable (migration table, "
+        "GaussianSumQuery: numeric clips)",
     **{f"compute_dp_sgd_privacy_test.ComputeDpSgdPrivacyTest."
        f"test_dp_sgd_privacy_statement_{case}": _STATEMENT
        for case in ("no_user_dp_with_rdp", "user_dp_with_rdp",
@@ -71,8 +72,8 @@ NOT_RUN = {
 }
 
 
-_FTRL = ("DP-FTRL tree aggregation is not mapped (README, Migrating from "
-         "TF Privacy, Not mapped)")
+_FTRL = ("DP-FTRL tree aggregation is not mapped (migration table, Not "
+         "mapped)")
 NOT_RUN.update({
     "dp_optimizer_keras_test.*.*DPFTRLTreeAggregation*": _FTRL,
     "dp_optimizer_keras_test.DPTreeAggregation*": _FTRL,
@@ -93,7 +94,7 @@ if not hasattr(tf, "estimator"):
           ["dp_optimizer_test.DPOptimizerTest.testEstimator"]
           + _KERAS_IN_ESTIMATOR)})
 _KERAS3 = hasattr(tf.keras, "ops")  # tf.keras is Keras 3 (TF 2.16 and later).
-_MIGRATING = "README, Migrating from TF Privacy"
+_MIGRATING = "migration table"
 _BARE_VARIABLES = (
     f"tf_dp computes per-example gradients in make_private's train step: "
     f"its optimizers have no _compute_gradients / minimize(loss, var_list) "

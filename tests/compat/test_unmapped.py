@@ -27,7 +27,7 @@ def test_dp_optimizer_vectorized_names_what_to_use(statement):
                          f"map TF Privacy's tensorflow_privacy.privacy."
                          f"optimizers.dp_optimizer_vectorized")
   for text in ("DPGradientDescentGaussianOptimizer", "population_size=",
-               "README.md, 'Migrating from TF Privacy'"):
+               "docs/guides/migrating_from_tf_privacy.md"):
     assert text in said
   assert refusal.value.name == (
       f"{PACKAGE}.privacy.optimizers.dp_optimizer_vectorized")

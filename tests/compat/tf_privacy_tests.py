@@ -28,8 +28,8 @@ WHEEL = f"tensorflow_privacy-{VERSION}-py3-none-any.whl"
 COMPAT = "tf_dp.compat.tensorflow_privacy"
 # TF Privacy's helper modules for its tests, loaded from the wheel.
 HELPERS = ("tensorflow_privacy.privacy.dp_query.test_utils",)
-# TF Privacy names that tf_dp.compat does not map (README, Migrating from TF
-# Privacy, "Not mapped") and that a test file reads while it is defined (in
+# TF Privacy names that tf_dp.compat does not map
+# (docs/guides/migrating_from_tf_privacy.md, "Not mapped") and that a test file reads while it is defined (in
 # a decorator's arguments): module -> names.
 UNMAPPED = {
     "privacy.optimizers.dp_optimizer_keras": (
@@ -175,7 +175,7 @@ def load_test_module(relative_path):
     for attribute in attributes:
       setattr(package, attribute, _Missing(
           f"tensorflow_privacy.{module_name}.{attribute} is not mapped by "
-          f"tf_dp.compat (README, Migrating from TF Privacy, Not mapped)"))
+          f"tf_dp.compat (docs/guides/migrating_from_tf_privacy.md, Not mapped)"))
       lent.append((package, attribute, None))
   estimator = _lend_estimator()
   try:

@@ -3,7 +3,7 @@
 Replace ``import tensorflow_privacy`` by
 ``from tf_dp.compat import tensorflow_privacy`` (or the module paths under
 ``tf_dp.compat.tensorflow_privacy.privacy``). What TF Privacy did not ask
-for (see ``README.md``, "Migrating from TF Privacy"):
+for (see ``docs/guides/migrating_from_tf_privacy.md``):
 
 * the model is converted with ``tf_dp.keras.make_private(model)`` (done by
   ``tf.keras.Model.compile`` with a ``DPKeras*Optimizer``, and by
@@ -31,7 +31,8 @@ _VECTORIZED = _PRIVACY + ".optimizers.dp_optimizer_keras_vectorized"
 _MODELS = _PRIVACY + ".keras_models.dp_keras_model"
 
 # Public name -> module that defines it (TF Privacy's top-level names that
-# tf_dp has an equivalent for; see README for those left out).
+# tf_dp has an equivalent for; docs/guides/migrating_from_tf_privacy.md lists
+# those left out).
 _LAZY_NAMES = {
     "compute_dp_sgd_privacy": _ANALYSIS,
     "compute_dp_sgd_privacy_statement": _ANALYSIS,
@@ -61,5 +62,5 @@ _LAZY_NAMES = {
 
 
 __getattr__, __dir__ = _lazy_names(
-    __name__, _LAZY_NAMES, ": tf_dp has no equivalent of it (see README, "
-    "'Migrating from TF Privacy').")
+    __name__, _LAZY_NAMES, ": tf_dp has no equivalent of it (see the "
+    "migration table, docs/guides/migrating_from_tf_privacy.md).")

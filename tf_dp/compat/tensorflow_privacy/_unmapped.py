@@ -13,7 +13,7 @@ import sys
 from typing import Any, Optional, Tuple
 
 PACKAGE = "tf_dp.compat.tensorflow_privacy"
-MIGRATION = "README.md, 'Migrating from TF Privacy'"
+MIGRATION = "the migration table, docs/guides/migrating_from_tf_privacy.md"
 
 
 class UnmappedModuleError(ImportError):
