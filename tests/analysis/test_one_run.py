@@ -34,7 +34,7 @@ def test_p_value_is_equation_1(m, r, v, eps, delta):
 
 
 def test_pure_dp_p_value_is_the_randomized_response_tail():
-  # δ = 0: Theorem 3.1 alone, P[Binomial(r, e^ε / (1 + e^ε)) >= v].
+  # δ = 0: the ε-DP theorem alone, P[Binomial(r, e^ε / (1 + e^ε)) >= v].
   assert ora.one_run_p_value(500, 200, 150, 1.2, 0.0) == pytest.approx(
       stats.binom.sf(149, 200, special.expit(1.2)), rel=1e-12)
 

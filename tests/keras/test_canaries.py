@@ -125,6 +125,11 @@ def test_scores_need_the_audited_model_and_its_canaries(K):
         model, tf_dp.data.mislabeled_canaries(x, y, 2, num_classes=3))
   with pytest.raises(TypeError, match="canaries must be tf_dp.data.Canaries"):
     tf_dp.keras.with_dirac_canaries(model, MixedData(x, y, 3))
+  assert kc.has_dirac_canaries(audited) and not kc.has_dirac_canaries(model)
+  with pytest.raises(ValueError, match="Score mislabeled canaries on the "
+                     "model inside"):
+    tf_dp.keras.canary_scores(audited, tf_dp.data.mislabeled_canaries(
+        x, y, 2, num_classes=3))
 
 
 @pytest.mark.parametrize("K", KERAS[:1])

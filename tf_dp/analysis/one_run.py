@@ -10,8 +10,8 @@ rest. Of its ``r = k+ + k-`` guesses, ``W`` are correct.
 If the training run is (ε, δ)-DP with respect to adding or removing one
 canary, the paper's main theorem bounds the tail of ``W`` by that of
 randomized response. With ``q = e^ε / (1 + e^ε)`` and ``B ~ Binomial(r,
-q)``, for every integer ``v`` (Theorem 3.1 for δ = 0; its (ε, δ) form,
-Theorem 5.2)::
+q)``, for every integer ``v`` (the theorem for ε-DP is the first term
+alone; the second is its (ε, δ) extension, arXiv:2305.08846)::
 
   P[W >= v] <= P[B >= v] + 2 m δ max_{1<=i<=v} P[v - i <= B < v] / i.  (1)
 

@@ -96,7 +96,8 @@ def with_dirac_canaries(model: Any, canaries: Canaries) -> Any:
     A Keras model (of ``model``'s flavour) on inputs ``(x, canary_id)``
     that shares ``model``'s layers and weights: make it private, compile
     it and fit it on ``tf_dp.data.mix_canaries(x, y, canaries)``;
-    ``model`` is then trained.
+    ``model`` is then trained (save ``model``: the audit's wrapper holds a
+    Lambda layer, which Keras files do not keep safely).
 
   Raises:
     ValueError: if ``model`` has no single input and output, or
@@ -130,6 +131,12 @@ def with_dirac_canaries(model: Any, canaries: Canaries) -> Any:
                                     canary_id])
   return keras.Model([features, canary_id], output,
                      name=f"{model.name}_with_dirac_canaries")
+
+
+def has_dirac_canaries(model: Any) -> bool:
+  """Whether ``model`` came from ``with_dirac_canaries`` (has its table)."""
+  return any(layer.name == AUDIT_TABLE
+             for layer in backend.for_object(model).all_layers(model))
 
 
 def _audit_table(model):

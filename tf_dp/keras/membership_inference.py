@@ -206,6 +206,11 @@ def canary_scores(model: Any, canaries: Canaries, *,
     (input-space: the loss-threshold score).
   """
   if isinstance(canaries, Canaries) and canaries.kind is not CanaryKind.DIRAC:
+    if canaries_lib.has_dirac_canaries(model):
+      raise ValueError(
+          f"Score {canaries.kind} canaries on the model inside "
+          f"{model.name!r} (the one given to with_dirac_canaries): the "
+          f"wrapper's inputs are (x, canary_id).")
     losses, _ = membership_scores(model, canaries.x, canaries.y,
                                   from_logits=from_logits,
                                   batch_size=batch_size)
