@@ -11,6 +11,7 @@ from scipy import optimize
 from scipy import stats
 
 from tf_dp.analysis import membership_inference as mi
+from tf_dp.analysis import one_run
 
 
 def gaussians(d, n, seed=0):
@@ -133,6 +134,31 @@ def test_report_collects_the_metrics():
   assert list(small.tpr_at_fpr) == [0.01, 0.1]
 
 
+def test_report_puts_the_bound_beside_the_ledger():
+  rng = np.random.default_rng(5)
+  included = rng.integers(0, 2, 1000).astype(bool)
+  scores = rng.normal(size=1000) + 6.0 * included  # Leaks far beyond ε 1.
+  report = mi.one_run_audit_report(scores, included, delta=1e-5,
+                                   ledger_epsilon=1.0, attack="canaries")
+  assert report.one_run == one_run.one_run_audit(scores, included, delta=1e-5)
+  assert (report.num_members, report.num_nonmembers) == (
+      included.sum(), (~included).sum())
+  assert report.ledger_epsilon == 1.0
+  assert report.one_run.epsilon_lower_bound > 4.0  # Measured 4.47.
+  assert report.contradicts_ledger
+  text = str(report)
+  assert text.startswith("canaries: ")
+  assert f"; {report.one_run}; ledger ε = 1.000 (BELOW the one-run" in text
+  # A ledger ε above the bound is not contradicted, and says so by silence.
+  honest = mi.one_run_audit_report(scores, included, delta=1e-5,
+                                   ledger_epsilon=20.0)
+  assert not honest.contradicts_ledger
+  assert str(honest).endswith("ledger ε = 20.000")
+  # Without a ledger ε there is nothing to contradict.
+  assert not mi.one_run_audit_report(scores, included,
+                                     delta=1e-5).contradicts_ledger
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda: mi.roc_auc([1.0, np.nan], [0.0]), "member_scores holds 1 NaN"),
     (lambda: mi.roc_auc([1.0], np.ones((2, 2))), "nonmember_scores must be "
@@ -149,6 +175,13 @@ def test_report_collects_the_metrics():
     (lambda: mi.membership_inference_report([1.0, 2.0], [0.0, 1.0],
                                             delta=2.0), "delta must lie"),
     (lambda: mi.plot_roc([]), "reports must be a MembershipInferenceReport"),
+    (lambda: mi.one_run_audit_report([1.0, 2.0, 3.0], [True, False, False],
+                                     delta=1e-5),
+     "at least 2 included canaries; got 1 of 3"),
+    (lambda: mi.one_run_audit_report([1.0, 2.0, 3.0, 4.0],
+                                     [True, False, True, False], delta=1e-5,
+                                     ledger_epsilon=-1.0),
+     "ledger_epsilon must be"),
 ])
 def test_bad_input_is_refused_naming_the_argument(call, match):
   with pytest.raises(ValueError, match=match):
@@ -173,4 +206,25 @@ def test_plot_roc_draws_log_log_axes():
   x, y = ax.get_lines()[0].get_data()
   np.testing.assert_allclose(x, np.maximum(reports[0].fpr, 0.001))
   np.testing.assert_allclose(y, np.maximum(reports[0].tpr, 0.001))
+  matplotlib.pyplot.close(figure)
+
+
+def test_plot_roc_draws_the_ledger_and_one_run_lines():
+  matplotlib = pytest.importorskip("matplotlib")
+  matplotlib.use("Agg")
+  rng = np.random.default_rng(0)
+  included = rng.integers(0, 2, 400).astype(bool)
+  scores = rng.normal(size=400) + 2.0 * included
+  report = mi.one_run_audit_report(scores, included, delta=1e-3,
+                                   ledger_epsilon=2.0, attack="a")
+  figure = mi.plot_roc([report, report])  # Each ε line once.
+  lines = figure.axes[0].get_lines()
+  bound = report.one_run.epsilon_lower_bound
+  curve = f"a (AUC {report.auc:.3f})"
+  assert [line.get_label() for line in lines] == [
+      curve, curve, "chance", "ledger ε = 2.00", f"one run: ε >= {bound:.2f}"]
+  # Each is TPR = min(1, e^ε FPR + δ) of its ε.
+  for line, epsilon in zip(lines[3:], (2.0, bound)):
+    x, y = line.get_data()
+    np.testing.assert_allclose(y, np.minimum(1.0, np.exp(epsilon) * x + 1e-3))
   matplotlib.pyplot.close(figure)

@@ -7,8 +7,10 @@ here touches tensors. The package also holds what every layer of tf_dp
 shares without TensorFlow: the argument checks (``checks``) and the
 ledger's format (``ledger_schema``); and the empirical side of ε, pure
 numpy as well: membership-inference metrics and the ε lower bound they
-prove (``membership_inference``, ``lira``). Paper reproductions (DP dropout's own
-accounting) live in ``tf_dp.reproductions``.
+prove (``membership_inference``, ``lira``), and the one-run audit of
+canaries (``one_run``, Steinke, Nasr & Jagielski 2023). Paper
+reproductions (DP dropout's own accounting) live in
+``tf_dp.reproductions``.
 """
 
 from tf_dp.analysis.allocation import effective_noise_multiplier
@@ -46,5 +48,10 @@ from tf_dp.analysis.lira import lira_scores
 from tf_dp.analysis.lira import logit_confidence
 from tf_dp.analysis.membership_inference import MembershipInferenceReport
 from tf_dp.analysis.membership_inference import membership_inference_report
+from tf_dp.analysis.membership_inference import one_run_audit_report
 from tf_dp.analysis.membership_inference import plot_roc
+from tf_dp.analysis.one_run import OneRunAudit
+from tf_dp.analysis.one_run import one_run_audit
+from tf_dp.analysis.one_run import one_run_epsilon_lower_bound
+from tf_dp.analysis.one_run import one_run_p_value
 from tf_dp.analysis.pld import PLDAccountant

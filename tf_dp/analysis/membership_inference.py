@@ -16,9 +16,12 @@ Nasr et al. 2021).
 Scope of the bound: a report on one trained model treats its examples as
 independent trials of one test. That is how Jagielski et al. and Carlini et
 al. read such reports, but the examples share the model, so it is a
-heuristic, not a certificate (Steinke, Nasr & Jagielski 2023 make one
-training run rigorous). A bound above the ledger's ε on a report with many
-examples means a bug or a leak worth a look; a bound below it proves
+heuristic, not a certificate. Canaries whose inclusion was drawn at random
+before training make one run rigorous (Steinke, Nasr & Jagielski 2023):
+their report also carries a ``one_run`` bound (``tf_dp.analysis.one_run``),
+which holds with its confidence, and the ledger's ε of that run, which it
+must stay below. A heuristic bound above the ledger's ε on a report with
+many examples means a bug or a leak worth a look; a bound below it proves
 nothing about the guarantee, which rests on the accountant. The ε it is
 compared with is the replace-one ε of fixed-size or shuffled lots (members
 and non-members are the same pool split in two) or the add/remove ε of
@@ -34,6 +37,7 @@ import numpy as np
 from scipy import stats
 
 from tf_dp.analysis import checks
+from tf_dp.analysis import one_run as one_run_lib
 
 # The FPRs a report reads TPR at, when the caller names none (those that
 # the number of non-members can resolve).
@@ -192,7 +196,10 @@ class MembershipInferenceReport:
 
   ``epsilon_lower_bound`` holds with confidence ``1 − alpha`` if the
   examples are independent trials; ``tpr_at_fpr`` maps each FPR asked to
-  its TPR; ``fpr`` / ``tpr`` are the ROC curve.
+  its TPR; ``fpr`` / ``tpr`` are the ROC curve. ``ledger_epsilon`` is the ε
+  the training run's ledger states at ``delta`` (None if not given), and
+  ``one_run`` the rigorous bound of a canary audit (None for an attack on
+  examples that were not randomized into training).
   """
   attack: str
   num_members: int
@@ -205,21 +212,40 @@ class MembershipInferenceReport:
   alpha: float
   fpr: np.ndarray = dataclasses.field(repr=False)
   tpr: np.ndarray = dataclasses.field(repr=False)
+  ledger_epsilon: Optional[float] = None
+  one_run: Optional[one_run_lib.OneRunAudit] = None
+
+  @property
+  def contradicts_ledger(self) -> bool:
+    """Whether the one-run bound exceeds the ledger's ε: with the report's
+    confidence, the run is less private than its ledger states (a bug in
+    the mechanism, its accounting, or the audit's set-up)."""
+    return (self.one_run is not None and self.ledger_epsilon is not None
+            and self.one_run.epsilon_lower_bound > self.ledger_epsilon)
 
   def __str__(self) -> str:
     rates = ", ".join(f"TPR {tpr:.4f} at FPR {fpr:g}"
                       for fpr, tpr in self.tpr_at_fpr.items())
-    return (f"{self.attack}: {self.num_members} members, "
+    text = (f"{self.attack}: {self.num_members} members, "
             f"{self.num_nonmembers} non-members; AUC {self.auc:.4f}, "
             f"advantage {self.advantage:.4f}; {rates}; ε >= "
             f"{self.epsilon_lower_bound:.3f} at δ={self.delta:g} "
             f"({1 - self.alpha:.0%} confidence)")
+    if self.one_run is not None:
+      text += f"; {self.one_run}"
+    if self.ledger_epsilon is not None:
+      text += f"; ledger ε = {self.ledger_epsilon:.3f}"
+      if self.contradicts_ledger:
+        text += (" (BELOW the one-run bound: the run leaks more than its "
+                 "ledger states)")
+    return text
 
 
 def membership_inference_report(
     member_scores: Any, nonmember_scores: Any, *, delta: float,
     attack: str = "attack", fprs: Optional[Sequence[float]] = None,
-    alpha: float = 0.05, seed: int = 0) -> MembershipInferenceReport:
+    alpha: float = 0.05, seed: int = 0,
+    ledger_epsilon: Optional[float] = None) -> MembershipInferenceReport:
   """Every metric of one attack's scores (higher score: "member").
 
   Args:
@@ -233,6 +259,8 @@ def membership_inference_report(
       error.
     alpha: 1 − the confidence of the ε lower bound.
     seed: the split of ``empirical_epsilon_lower_bound``.
+    ledger_epsilon: the ε the training run's ledger states at ``delta``,
+      reported (and plotted) beside the bounds.
   """
   members = check_scores("member_scores", member_scores, min_size=2)
   nonmembers = check_scores("nonmember_scores", nonmember_scores, min_size=2)
@@ -242,19 +270,69 @@ def membership_inference_report(
   rates = {float(f): tpr_at_fpr(members, nonmembers, f) for f in fprs}
   epsilon, _ = empirical_epsilon_lower_bound(members, nonmembers, delta,
                                              alpha, seed)
+  if ledger_epsilon is not None:
+    ledger_epsilon = checks.check_epsilon("ledger_epsilon", ledger_epsilon)
   return MembershipInferenceReport(
       attack=attack, num_members=members.size, num_nonmembers=nonmembers.size,
       auc=float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2)),
       advantage=float(np.max(tpr - fpr)), tpr_at_fpr=rates,
       epsilon_lower_bound=epsilon, delta=float(delta), alpha=float(alpha),
-      fpr=fpr, tpr=tpr)
+      fpr=fpr, tpr=tpr, ledger_epsilon=ledger_epsilon)
+
+
+def one_run_audit_report(
+    scores: Any, included: Any, *, delta: float,
+    ledger_epsilon: Optional[float] = None, attack: str = "one-run audit",
+    alpha: float = 0.05,
+    guesses: Optional[Sequence[Tuple[int, int]]] = None,
+    fprs: Optional[Sequence[float]] = None,
+    seed: int = 0) -> MembershipInferenceReport:
+  """A membership-inference report of canaries, with the one-run bound.
+
+  The included canaries are the members, the others the non-members; the
+  report's ``one_run`` is ``tf_dp.analysis.one_run_audit(scores, included,
+  ...)`` (Steinke, Nasr & Jagielski 2023) and its
+  ``ledger_epsilon`` the ε it is to be compared with (see
+  ``MembershipInferenceReport.contradicts_ledger``).
+
+  Args:
+    scores: one score per canary, higher meaning "more likely included".
+    included: the canaries' inclusion bits (bool).
+    delta: the run's δ.
+    ledger_epsilon: the ε the run's ledger states at ``delta``.
+    attack: the name the report and its plot print.
+    alpha: 1 − the confidence of both bounds.
+    guesses: as in ``tf_dp.analysis.one_run_audit``.
+    fprs: as in ``membership_inference_report``.
+    seed: as in ``membership_inference_report``.
+
+  Raises:
+    ValueError: bad scores or bits, fewer than 2 canaries on a side, or
+      ``2 m δ > 1``.
+  """
+  scores, included = one_run_lib.check_canary_scores(scores, included)
+  for side, count in (("included", int(included.sum())),
+                      ("excluded", int((~included).sum()))):
+    if count < 2:
+      raise ValueError(f"A report needs at least 2 {side} canaries; got "
+                       f"{count} of {included.size}. Use more canaries.")
+  bound = one_run_lib.one_run_audit(scores, included, delta=delta,
+                                    alpha=alpha, guesses=guesses)
+  report = membership_inference_report(
+      scores[included], scores[~included], delta=delta, attack=attack,
+      fprs=fprs, alpha=alpha, seed=seed, ledger_epsilon=ledger_epsilon)
+  return dataclasses.replace(report, one_run=bound)
 
 
 def plot_roc(reports: Any, ax: Any = None) -> Any:
   """The ROC curves of one report or a list of them, on log-log axes.
 
-  Returns the matplotlib figure (drawn on ``ax`` if given). Needs
-  matplotlib (``pip install tf_dp[plots]``).
+  A report with a ``ledger_epsilon`` adds the line ``TPR = e^ε FPR + δ``
+  of that ε (dashed): no test on an (ε, δ)-DP run has its ROC above it. A
+  report with a ``one_run`` bound adds that ε's line (dash-dotted): the
+  audit showed the run is at least that leaky. Returns the matplotlib
+  figure (drawn on ``ax`` if given). Needs matplotlib
+  (``pip install tf_dp[plots]``).
   """
   try:
     from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
@@ -277,6 +355,7 @@ def plot_roc(reports: Any, ax: Any = None) -> Any:
     ax.plot(np.maximum(report.fpr, floor), np.maximum(report.tpr, floor),
             label=f"{report.attack} (AUC {report.auc:.3f})")
   ax.plot([floor, 1], [floor, 1], "k:", label="chance")
+  _plot_epsilon_lines(ax, reports, floor)
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(floor, 1)
@@ -285,3 +364,24 @@ def plot_roc(reports: Any, ax: Any = None) -> Any:
   ax.set_ylabel("true positive rate")
   ax.legend(loc="lower right")
   return figure
+
+
+def _plot_epsilon_lines(ax, reports, floor):
+  """The lines ``TPR = min(1, e^ε FPR + δ)`` of the reports' ledger ε
+  (dashed) and one-run bounds (dash-dotted), each (ε, δ) once."""
+  fpr = np.geomspace(floor, 1.0, 200)
+  drawn = set()
+  for report in reports:
+    lines = []
+    if report.ledger_epsilon is not None:
+      lines.append((report.ledger_epsilon, "--",
+                    f"ledger ε = {report.ledger_epsilon:.2f}"))
+    if report.one_run is not None:
+      bound = report.one_run.epsilon_lower_bound
+      lines.append((bound, "-.", f"one run: ε >= {bound:.2f}"))
+    for epsilon, style, label in lines:
+      if (label, report.delta) in drawn:
+        continue
+      drawn.add((label, report.delta))
+      ax.plot(fpr, np.minimum(1.0, math.exp(epsilon) * fpr + report.delta),
+              color="gray", linestyle=style, label=label)

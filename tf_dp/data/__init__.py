@@ -1,6 +1,14 @@
 """Data helpers: Poisson and fixed-size sampling as the accountant assumes
-them, of examples or of users, and loaders."""
+them, of examples or of users, loaders, and canaries for one-run audits."""
 
+from tf_dp.data.canaries import Canaries
+from tf_dp.data.canaries import CanaryKind
+from tf_dp.data.canaries import MixedData
+from tf_dp.data.canaries import dirac_canaries
+from tf_dp.data.canaries import mislabeled_canaries
+from tf_dp.data.canaries import mix_canaries
+from tf_dp.data.canaries import mix_canaries_into_dataset
+from tf_dp.data.canaries import out_of_distribution_canaries
 from tf_dp.data.datasets import load_digits
 from tf_dp.data.datasets import load_mnist
 from tf_dp.data.datasets import load_shakespeare

@@ -1,5 +1,6 @@
 """Keras integration of tf_dp: ``make_private``, ``DPOptimizer``, callbacks,
-``clipping_plan``, membership-inference reports on a trained model.
+``clipping_plan``, membership-inference reports on a trained model and
+one-run audits of its canaries.
 
 Importing it registers tf_dp's classes with Keras 3 (Keras 2 finds them by
 the module a file records), so ``load_model`` finds them in a fresh
@@ -8,8 +9,11 @@ process.
 
 from tf_dp.keras.backend import dp_classes as _dp_classes
 from tf_dp.keras.callbacks import PrivacyBudget
+from tf_dp.keras.canaries import with_dirac_canaries
 from tf_dp.keras.fast.clipped_sum import clipping_plan
 from tf_dp.keras.group_norm import with_group_normalization
+from tf_dp.keras.membership_inference import audit_canaries
+from tf_dp.keras.membership_inference import canary_scores
 from tf_dp.keras.membership_inference import lira_attack
 from tf_dp.keras.membership_inference import loss_threshold_attack
 from tf_dp.keras.membership_inference import membership_scores

@@ -9,14 +9,22 @@ must be in ``tf_dp.analysis.lira``.
 A report measures one attack on one model: its ε is a lower bound, never a
 guarantee (a DP model's guarantee is the ledger's ε); an empirical ε above
 the ledger's, on many examples, points at a bug worth reporting.
+``audit_canaries`` reports a one-run audit (Steinke, Nasr & Jagielski
+2023): canaries randomized into one training run
+(``tf_dp.data.canaries``), scored on the trained model, give a bound that
+holds with its confidence, beside the ledger's ε of that run.
 """
 
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tf_dp.analysis import ledger as ledger_lib
 from tf_dp.analysis import lira
 from tf_dp.analysis import membership_inference as metrics
+from tf_dp.data.canaries import CanaryKind
+from tf_dp.data.canaries import Canaries
+from tf_dp.keras import canaries as canaries_lib
 
 _PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
@@ -187,3 +195,80 @@ def lira_attack(model: Any, x: Any, y: Any, is_member: Any,
       member_scores, nonmember_scores, delta=delta,
       attack=f"LiRA ({'online' if online else 'offline'})", fprs=fprs,
       alpha=alpha)
+
+
+def canary_scores(model: Any, canaries: Canaries, *,
+                  from_logits: Optional[bool] = None,
+                  batch_size: int = 256) -> np.ndarray:
+  """One score per canary of a trained model, higher meaning "included".
+
+  Args:
+    model: for Dirac canaries, the model ``with_dirac_canaries`` returned,
+      trained; for input-space canaries, the trained classifier.
+    canaries: the canaries of the run (``tf_dp.data.canaries``).
+    from_logits: as in ``membership_scores`` (input-space canaries).
+    batch_size: as in ``membership_scores`` (input-space canaries).
+
+  Returns:
+    float64 ``[m]``: minus the canary's audit-table entry (Dirac,
+    ``tf_dp.keras.canaries.dirac_canary_scores``) or minus its loss
+    (input-space: the loss-threshold score).
+  """
+  if isinstance(canaries, Canaries) and canaries.kind is not CanaryKind.DIRAC:
+    if canaries_lib.has_dirac_canaries(model):
+      raise ValueError(
+          f"Score {canaries.kind} canaries on the model inside "
+          f"{model.name!r} (the one given to with_dirac_canaries): the "
+          f"wrapper's inputs are (x, canary_id).")
+    losses, _ = membership_scores(model, canaries.x, canaries.y,
+                                  from_logits=from_logits,
+                                  batch_size=batch_size)
+    return -losses
+  return canaries_lib.dirac_canary_scores(model, canaries)
+
+
+def audit_canaries(model: Any, canaries: Canaries, *, delta: float,
+                   ledger: Any = None, ledger_epsilon: Optional[float] = None,
+                   alpha: float = 0.05,
+                   guesses: Optional[Sequence[Tuple[int, int]]] = None,
+                   from_logits: Optional[bool] = None, batch_size: int = 256
+                   ) -> metrics.MembershipInferenceReport:
+  """The one-run audit of a trained model's canaries, beside the ledger.
+
+  Args:
+    model: the model trained on ``tf_dp.data.mix_canaries(...)`` (for
+      Dirac canaries, the one ``with_dirac_canaries`` returned).
+    canaries: the run's canaries, with their inclusion bits.
+    delta: the run's δ.
+    ledger: the run's ledger (``model.optimizer.ledger``): its ε at
+      ``delta`` is reported beside the bound.
+    ledger_epsilon: that ε, if the ledger is not at hand.
+    alpha: 1 − the confidence.
+    guesses: as in ``tf_dp.analysis.one_run_audit``.
+    from_logits: as in ``membership_scores``.
+    batch_size: as in ``membership_scores``.
+
+  Returns:
+    A ``tf_dp.analysis.MembershipInferenceReport`` with its ``one_run``
+    bound; ``report.contradicts_ledger`` says whether the run leaked more
+    than its ledger states.
+
+  Raises:
+    ValueError: if both ``ledger`` and ``ledger_epsilon`` are given.
+
+  Example:
+    >>> report = tf_dp.keras.audit_canaries(
+    ...     model, canaries, delta=1e-5, ledger=model.optimizer.ledger)
+    >>> print(report)
+  """
+  if ledger is not None and ledger_epsilon is not None:
+    raise ValueError("Pass the run's ledger or its ledger_epsilon, not both.")
+  if ledger is not None:
+    ledger_epsilon, _ = ledger_lib.compute_epsilon_from_ledger(ledger, delta)
+  scores = canary_scores(model, canaries, from_logits=from_logits,
+                         batch_size=batch_size)
+  box = ("white-box, Dirac" if canaries.kind is CanaryKind.DIRAC
+         else f"black-box, {canaries.kind} loss")
+  return metrics.one_run_audit_report(
+      scores, canaries.included, delta=delta, ledger_epsilon=ledger_epsilon,
+      attack=f"one-run audit ({box})", alpha=alpha, guesses=guesses)
