@@ -9,7 +9,7 @@ first use, so importing this module never needs Keras 2 installed.
 import functools
 import importlib.util
 import sys
-from typing import Any, Callable, Container, List, Optional, Set, Tuple
+import typing
 
 import tensorflow as tf
 
@@ -22,7 +22,7 @@ NAME = "keras2"
 SHUFFLE_BATCH_KEEPS_BATCH_ORDER = False
 
 
-def module() -> Any:
+def module() -> typing.Any:
   """The Keras 2 module: ``tf_keras`` if installed, else ``tf.keras`` when
   the installed ``keras`` is 2.x (TF 2.15); None if there is no Keras 2."""
   try:
@@ -43,7 +43,7 @@ def _tf_keras_installed() -> bool:
     return False
 
 
-def imported_module() -> Any:
+def imported_module() -> typing.Any:
   """``module()`` if it is already imported, else None (never imports
   ``tf_keras``)."""
   tf_keras = sys.modules.get("tf_keras")
@@ -65,22 +65,23 @@ def defines(cls: type) -> bool:
 # --- Models and layers. ---
 
 
-def all_layers(model: Any) -> List[Any]:
+def all_layers(model: typing.Any) -> typing.List[typing.Any]:
   """Every layer inside ``model``, recursively (not ``model`` itself)."""
   return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
 
 
-def sublayers(layer: Any) -> List[Any]:
+def sublayers(layer: typing.Any) -> typing.List[typing.Any]:
   """The layers ``layer`` owns directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
 
 
-def unpack_x_y_sample_weight(data: Any) -> Tuple[Any, Any, Any]:
+def unpack_x_y_sample_weight(
+    data: typing.Any) -> typing.Tuple[typing.Any, typing.Any, typing.Any]:
   """``(x, y, sample_weight)`` of one element of what ``fit`` iterates."""
   return module().utils.unpack_x_y_sample_weight(data)
 
 
-def batch_norm_classes() -> Tuple[type, ...]:
+def batch_norm_classes() -> typing.Tuple[type, ...]:
   """BatchNormalization, SyncBatchNormalization and their Keras bases named
   like them (for ``isinstance``: a subclass of any of them normalises with
   batch statistics, whatever its own name)."""
@@ -90,21 +91,21 @@ def batch_norm_classes() -> Tuple[type, ...]:
                  "SyncBatchNormalization", None)
   if sync is not None:
     roots.append(sync)
-  classes: Set[type] = set()
+  classes: typing.Set[type] = set()
   for root in roots:
     classes.update(c for c in root.__mro__
                    if "BatchNormalization" in c.__name__)
   return tuple(classes)
 
 
-def pfor_hazard_layer_classes() -> Tuple[type, ...]:
+def pfor_hazard_layer_classes() -> typing.Tuple[type, ...]:
   """Layer classes that must not run under ``tf.vectorized_map``: none
   (Keras 2's EinsumDense and MultiHeadAttention train under it with oneDNN
   on, measured on TF 2.21)."""
   return ()
 
 
-def make_randomness_per_example(layer: Any) -> None:
+def make_randomness_per_example(layer: typing.Any) -> None:
   """Nothing to do: Keras 2's random layers draw with stateful TF ops,
   which give each example its own draw under ``tf.vectorized_map``."""
   del layer
@@ -113,25 +114,27 @@ def make_randomness_per_example(layer: Any) -> None:
 # --- Losses. ---
 
 
-def get_loss(identifier: Any) -> Any:
+def get_loss(identifier: typing.Any) -> typing.Any:
   """A Keras loss from its name (or the object itself)."""
   return module().losses.get(identifier)
 
 
-def loss_container(model: Any) -> Any:
+def loss_container(model: typing.Any) -> typing.Any:
   """The compiled-loss container of ``model`` (``compile(loss=...)``), or
   None before ``compile``."""
   return getattr(model, "compiled_loss", None)
 
 
-def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
+def build_loss_container(container: typing.Any, y_true: typing.Any,
+                         y_pred: typing.Any) -> None:
   """Builds the container for these predictions, once."""
   del y_true
   if not getattr(container, "built", False):
     container.build(y_pred)
 
 
-def batch_of_one_loss(container: Any) -> Callable[..., Any]:
+def batch_of_one_loss(
+    container: typing.Any) -> typing.Callable[..., typing.Any]:
   """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
 
   The per-output loop of ``LossesContainer.__call__``: structure conformed
@@ -144,7 +147,8 @@ def batch_of_one_loss(container: Any) -> Callable[..., Any]:
   compile_utils = sys.modules[type(container).__module__]
   losses_utils = compile_utils.losses_utils
 
-  def loss(y_true: Any, y_pred: Any, sample_weight: Any) -> tf.Tensor:
+  def loss(y_true: typing.Any, y_pred: typing.Any,
+           sample_weight: typing.Any) -> tf.Tensor:
     y_true = container._conform_to_outputs(y_pred, y_true)  # pylint: disable=protected-access
     sample_weight = container._conform_to_outputs(y_pred, sample_weight)  # pylint: disable=protected-access
     values = []
@@ -167,30 +171,31 @@ def batch_of_one_loss(container: Any) -> Callable[..., Any]:
   return loss
 
 
-def output_mask(tensor: Any) -> Any:
+def output_mask(tensor: typing.Any) -> typing.Any:
   """The Keras mask carried by a model output, or None."""
   return getattr(tensor, "_keras_mask", None)
 
 
-def set_output_mask(tensor: Any, mask: Any) -> None:
+def set_output_mask(tensor: typing.Any, mask: typing.Any) -> None:
   """Attaches ``mask`` to ``tensor`` as Keras's loss reads it."""
   tensor._keras_mask = mask  # pylint: disable=protected-access
 
 
-def added_loss_terms(layer: Any) -> List[Any]:
+def added_loss_terms(layer: typing.Any) -> typing.List[typing.Any]:
   """The ``add_loss`` terms of ``layer``'s most recent call (itself only)."""
   return list(getattr(layer, "_losses", []))
 
 
-def weight_regularization_terms(model: Any) -> List[Any]:
+def weight_regularization_terms(model: typing.Any) -> typing.List[typing.Any]:
   """The weight regularisers' penalties (terms that read no data): Keras 2
   lists them in ``model.losses`` (the DP step asks for them only when the
   model adds no ``add_loss`` term; activity regularisers are refused)."""
   return list(model.losses)
 
 
-def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
-                  penalty: Optional[tf.Tensor]) -> Any:
+def reported_loss(model: typing.Any, x: typing.Any, y: typing.Any,
+                  y_pred: typing.Any, sample_weight: typing.Any,
+                  penalty: typing.Optional[tf.Tensor]) -> typing.Any:
   """The batch loss Keras reports for a step, added to its loss tracker.
 
   ``penalty`` (or None) stands for ``model.losses``: the ``add_loss``
@@ -205,20 +210,21 @@ def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
 # --- Optimizers, layers and callbacks. ---
 
 
-def clone_model(model: Any, clone_function: Callable[[Any], Any],
-                replaced: Container[int]) -> Any:
+def clone_model(model: typing.Any,
+                clone_function: typing.Callable[[typing.Any], typing.Any],
+                replaced: typing.Container[int]) -> typing.Any:
   """``clone_model`` with ``clone_function`` (Keras 2 calls a clone without
   the original call's ``mask``; ``replaced`` is not needed)."""
   del replaced
   return module().models.clone_model(model, clone_function=clone_function)
 
 
-def group_normalization(**kwargs: Any) -> Any:
+def group_normalization(**kwargs: typing.Any) -> typing.Any:
   """A new Keras 2 ``GroupNormalization``."""
   return module().layers.GroupNormalization(**kwargs)
 
 
-def get_optimizer(identifier: Any) -> Any:
+def get_optimizer(identifier: typing.Any) -> typing.Any:
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
 

@@ -7,7 +7,7 @@ first use, so importing this module never needs Keras 3 installed.
 """
 
 import sys
-from typing import Any, Callable, Container, List, NoReturn, Optional, Tuple
+import typing
 
 import tensorflow as tf
 
@@ -20,7 +20,7 @@ NAME = "keras3"
 SHUFFLE_BATCH_KEEPS_BATCH_ORDER = True
 
 
-def module() -> Any:
+def module() -> typing.Any:
   """The Keras 3 module, or None if ``keras`` is missing or is Keras 2."""
   try:
     import keras  # pylint: disable=g-import-not-at-top
@@ -30,7 +30,7 @@ def module() -> Any:
       None)
 
 
-def imported_module() -> Any:
+def imported_module() -> typing.Any:
   """``module()`` if Keras 3 is already imported, else None (never
   imports it)."""
   return module() if "keras" in sys.modules else None
@@ -44,22 +44,23 @@ def defines(cls: type) -> bool:
 # --- Models and layers. ---
 
 
-def all_layers(model: Any) -> List[Any]:
+def all_layers(model: typing.Any) -> typing.List[typing.Any]:
   """Every layer inside ``model``, recursively (not ``model`` itself)."""
   return list(model._flatten_layers(include_self=False, recursive=True))  # pylint: disable=protected-access
 
 
-def sublayers(layer: Any) -> List[Any]:
+def sublayers(layer: typing.Any) -> typing.List[typing.Any]:
   """The layers ``layer`` owns directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
 
 
-def unpack_x_y_sample_weight(data: Any) -> Tuple[Any, Any, Any]:
+def unpack_x_y_sample_weight(
+    data: typing.Any) -> typing.Tuple[typing.Any, typing.Any, typing.Any]:
   """``(x, y, sample_weight)`` of one element of what ``fit`` iterates."""
   return module().utils.unpack_x_y_sample_weight(data)
 
 
-def batch_norm_classes() -> Tuple[type, ...]:
+def batch_norm_classes() -> typing.Tuple[type, ...]:
   """BatchNormalization and its Keras bases named like it (for
   ``isinstance``: a subclass of any of them normalises with batch
   statistics, whatever its own name)."""
@@ -67,7 +68,7 @@ def batch_norm_classes() -> Tuple[type, ...]:
   return tuple(c for c in root.__mro__ if "BatchNormalization" in c.__name__)
 
 
-def pfor_hazard_layer_classes() -> Tuple[type, ...]:
+def pfor_hazard_layer_classes() -> typing.Tuple[type, ...]:
   """Layer classes whose computation TensorFlow >= 2.16's oneDNN kernels
   corrupt under ``tf.vectorized_map``: EinsumDense and MultiHeadAttention
   build a rank-4 x rank-2 matmul there (tensorflow#117700)."""
@@ -78,8 +79,8 @@ def pfor_hazard_layer_classes() -> Tuple[type, ...]:
 # --- Randomness: one independent draw per example. ---
 
 
-def _per_example_dropout(layer: Any) -> Callable[..., Any]:
-  def call(inputs: Any, training: Any = False) -> Any:
+def _per_example_dropout(layer: typing.Any) -> typing.Callable[..., typing.Any]:
+  def call(inputs: typing.Any, training: typing.Any = False) -> typing.Any:
     if not training or layer.rate == 0:
       return inputs
     shape = None
@@ -92,8 +93,9 @@ def _per_example_dropout(layer: Any) -> Callable[..., Any]:
   return call
 
 
-def _per_example_gaussian_noise(layer: Any) -> Callable[..., Any]:
-  def call(inputs: Any, training: Any = False) -> Any:
+def _per_example_gaussian_noise(
+    layer: typing.Any) -> typing.Callable[..., typing.Any]:
+  def call(inputs: typing.Any, training: typing.Any = False) -> typing.Any:
     if not training or layer.stddev == 0:
       return inputs
     return inputs + tf.random.normal(tf.shape(inputs), stddev=layer.stddev,
@@ -101,8 +103,9 @@ def _per_example_gaussian_noise(layer: Any) -> Callable[..., Any]:
   return call
 
 
-def _per_example_gaussian_dropout(layer: Any) -> Callable[..., Any]:
-  def call(inputs: Any, training: Any = False) -> Any:
+def _per_example_gaussian_dropout(
+    layer: typing.Any) -> typing.Callable[..., typing.Any]:
+  def call(inputs: typing.Any, training: typing.Any = False) -> typing.Any:
     if not training or layer.rate == 0:
       return inputs
     stddev = (layer.rate / (1.0 - layer.rate)) ** 0.5
@@ -124,7 +127,7 @@ _RANDOM_LAYER_PATCHES = {
 }
 
 
-def make_randomness_per_example(layer: Any) -> None:
+def make_randomness_per_example(layer: typing.Any) -> None:
   """Makes ``layer`` draw independently for each example under
   ``tf.vectorized_map``, or refuses it.
 
@@ -163,12 +166,12 @@ def make_randomness_per_example(layer: Any) -> None:
 # --- Losses. ---
 
 
-def get_loss(identifier: Any) -> Any:
+def get_loss(identifier: typing.Any) -> typing.Any:
   """A Keras loss from its name (or the object itself)."""
   return module().losses.get(identifier)
 
 
-def loss_container(model: Any) -> Any:
+def loss_container(model: typing.Any) -> typing.Any:
   """The compiled-loss container of ``model`` (``compile(loss=...)``), or
   None before ``compile``."""
   return getattr(model, "_compile_loss", None)
@@ -178,7 +181,8 @@ class _Built(Exception):
   """Raised by ``build_loss_container`` once the container is built."""
 
 
-def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
+def build_loss_container(container: typing.Any, y_true: typing.Any,
+                         y_pred: typing.Any) -> None:
   """Builds the container for these labels and predictions, once.
 
   Keras builds it inside ``call``, after matching the labels' structure to
@@ -192,7 +196,8 @@ def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
   view = object.__new__(type(container))
   view.__dict__.update(container.__dict__)
 
-  def build(matched_y_true: Any, matched_y_pred: Any) -> NoReturn:
+  def build(matched_y_true: typing.Any,
+            matched_y_pred: typing.Any) -> typing.NoReturn:
     container.build(matched_y_true, matched_y_pred)
     raise _Built()
 
@@ -205,7 +210,7 @@ def build_loss_container(container: Any, y_true: Any, y_pred: Any) -> None:
     container.build(y_true, y_pred)
 
 
-def _is_mean_reduction(loss_obj: Any) -> bool:
+def _is_mean_reduction(loss_obj: typing.Any) -> bool:
   return str(getattr(loss_obj, "reduction", "sum_over_batch_size")).lower() in (
       "sum_over_batch_size", "mean", "auto", "mean_with_sample_weight")
 
@@ -213,13 +218,14 @@ def _is_mean_reduction(loss_obj: Any) -> bool:
 class _Rescaled:
   """A loss function multiplied by a constant."""
 
-  def __init__(self, loss_fn: Callable[..., Any], factor: float) -> None:
+  def __init__(self, loss_fn: typing.Callable[..., typing.Any],
+               factor: float) -> None:
     self._loss_fn = loss_fn
     self._factor = factor
     self.name = getattr(loss_fn, "name", "loss")
     self.reduction = getattr(loss_fn, "reduction", None)
 
-  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+  def __call__(self, *args: typing.Any, **kwargs: typing.Any) -> typing.Any:
     return self._loss_fn(*args, **kwargs) * self._factor
 
 
@@ -230,12 +236,13 @@ class _Untracked:
   def __init__(self) -> None:
     self.calls = 0
 
-  def update_state(self, *args: Any, **kwargs: Any) -> None:
+  def update_state(self, *args: typing.Any, **kwargs: typing.Any) -> None:
     del args, kwargs
     self.calls += 1
 
 
-def batch_of_one_loss(container: Any) -> Callable[..., Any]:
+def batch_of_one_loss(
+    container: typing.Any) -> typing.Callable[..., typing.Any]:
   """``f(y, y_pred, sample_weight) -> scalar``: the compiled loss of a batch.
 
   A private view of the ``CompileLoss`` container with the same structure
@@ -264,7 +271,8 @@ def batch_of_one_loss(container: Any) -> Callable[..., Any]:
       flat.append(type(entry)(entry[0], loss_fn, *entry[2:]))
     view.__dict__["_flat_losses"] = flat
 
-  def loss(y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+  def loss(y_true: typing.Any, y_pred: typing.Any,
+           sample_weight: typing.Any = None) -> typing.Any:
     for tracker in trackers:
       tracker.calls = 0
     value = view.call(y_true, y_pred, sample_weight)
@@ -279,22 +287,22 @@ def batch_of_one_loss(container: Any) -> Callable[..., Any]:
   return loss
 
 
-def output_mask(tensor: Any) -> Any:
+def output_mask(tensor: typing.Any) -> typing.Any:
   """The Keras mask carried by a model output, or None."""
   return getattr(tensor, "_keras_mask", None)
 
 
-def set_output_mask(tensor: Any, mask: Any) -> None:
+def set_output_mask(tensor: typing.Any, mask: typing.Any) -> None:
   """Attaches ``mask`` to ``tensor`` as Keras's loss reads it."""
   tensor._keras_mask = mask  # pylint: disable=protected-access
 
 
-def added_loss_terms(layer: Any) -> List[Any]:
+def added_loss_terms(layer: typing.Any) -> typing.List[typing.Any]:
   """The ``add_loss`` terms of ``layer``'s most recent call (itself only)."""
   return list(getattr(layer, "_losses", []))
 
 
-def _layer_regularizers(layer: Any) -> List[Any]:
+def _layer_regularizers(layer: typing.Any) -> typing.List[typing.Any]:
   out = []
   for attr, var_attr in (("kernel_regularizer", "kernel"),
                          ("bias_regularizer", "bias"),
@@ -307,7 +315,7 @@ def _layer_regularizers(layer: Any) -> List[Any]:
   return out
 
 
-def weight_regularization_terms(model: Any) -> List[Any]:
+def weight_regularization_terms(model: typing.Any) -> typing.List[typing.Any]:
   """The weight regularisers' penalties (terms that read no data)."""
   terms = [v.regularizer(v) for v in model.trainable_weights
            if getattr(v, "regularizer", None) is not None]
@@ -315,8 +323,9 @@ def weight_regularization_terms(model: Any) -> List[Any]:
                   for term in _layer_regularizers(layer)]
 
 
-def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
-                  penalty: Optional[tf.Tensor]) -> Any:
+def reported_loss(model: typing.Any, x: typing.Any, y: typing.Any,
+                  y_pred: typing.Any, sample_weight: typing.Any,
+                  penalty: typing.Optional[tf.Tensor]) -> typing.Any:
   """The batch loss Keras reports for a step, added to its loss tracker.
 
   ``penalty`` (or None) stands for ``model.losses``: the ``add_loss``
@@ -337,13 +346,15 @@ def reported_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
 # --- Optimizers, layers and callbacks. ---
 
 
-def clone_model(model: Any, clone_function: Callable[[Any], Any],
-                replaced: Container[int]) -> Any:
+def clone_model(model: typing.Any,
+                clone_function: typing.Callable[[typing.Any], typing.Any],
+                replaced: typing.Container[int]) -> typing.Any:
   """``keras.models.clone_model`` with ``clone_function``, nested models
   too; a new layer whose id is in ``replaced`` is called without the
   ``mask`` its original's call recorded (a replacement may not take one).
   """
-  def call_function(layer: Any, *args: Any, **kwargs: Any) -> Any:
+  def call_function(layer: typing.Any, *args: typing.Any,
+                    **kwargs: typing.Any) -> typing.Any:
     if id(layer) in replaced:
       kwargs.pop("mask", None)
     return layer(*args, **kwargs)
@@ -352,12 +363,12 @@ def clone_model(model: Any, clone_function: Callable[[Any], Any],
                                      recursive=True)
 
 
-def group_normalization(**kwargs: Any) -> Any:
+def group_normalization(**kwargs: typing.Any) -> typing.Any:
   """A new ``keras.layers.GroupNormalization``."""
   return module().layers.GroupNormalization(**kwargs)
 
 
-def get_optimizer(identifier: Any) -> Any:
+def get_optimizer(identifier: typing.Any) -> typing.Any:
   """A Keras optimizer from its name (or the object itself)."""
   return module().optimizers.get(identifier)
 
