@@ -6,13 +6,19 @@ test_mirrored_strategy.py. Usage:
   mirrored_worker.py keras3|keras2 exact|noise           # MirroredStrategy,
                                                          # 2 logical CPUs
   mirrored_worker.py keras3|keras2 one_replica|microbatches|neighbour
-      # one logical CPU (one_replica), or 2 with num_microbatches=4
-      # (microbatches) or one example replaced, noise 0 (neighbour)
+      # one replica on the first logical CPU (one_replica), or 2 with
+      # num_microbatches=4 (microbatches) or one example replaced, noise 0
+      # (neighbour)
   mirrored_worker.py keras3|keras2 user4|user3|correlated|correlated_noise
       # 2 logical CPUs: a user-level step on a lot of 4 (3) users, a
       # correlated-noise fit with noise 0, its noise's spread
   mirrored_worker.py keras3|keras2 exact|noise|poisson PORT0 PORT1 INDEX
       # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
+
+Modes joined by commas run one after the other in the same process (on
+the same strategy, except one_replica's), as TensorFlow's start-up is most
+of a mode's time; both workers of a multi-worker run take the same modes in
+the same order.
 """
 
 import json
@@ -46,10 +52,11 @@ from tests.keras import helpers  # pylint: disable=g-import-not-at-top
 K = backend.module_for(flavor)
 if MULTI_WORKER:
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
-elif mode.startswith("one_replica"):
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  one_replica_strategy = None
 else:
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  # A single-GPU machine's MirroredStrategy, next to the 2-replica one.
+  one_replica_strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
 
 
 def fit_data(x, y, batch):
@@ -296,5 +303,10 @@ def run(mode):
   return out
 
 
-# Several cases (comma-separated) share one process and strategy.
-print(json.dumps({m: run(m) for m in mode.split(",")}))
+# Several cases (comma-separated) share one process.
+results = {}
+two_replicas = strategy
+for m in mode.split(","):
+  strategy = one_replica_strategy if m == "one_replica" else two_replicas
+  results[m] = run(m)
+print(json.dumps(results))
