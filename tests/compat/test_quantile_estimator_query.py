@@ -30,5 +30,5 @@ def test_top_level_names():
   assert tfp.QuantileEstimatorQuery is qe.QuantileEstimatorQuery
   assert tfp.NoPrivacyQuantileEstimatorQuery is (
       qe.NoPrivacyQuantileEstimatorQuery)
-  with pytest.raises(AttributeError, match="Migrating from TF Privacy"):
+  with pytest.raises(AttributeError, match="migrating_from_tf_privacy.md"):
     getattr(tfp, "TreeAggregationQuery")
