@@ -12,8 +12,14 @@ test_mirrored_strategy.py. Usage:
   mirrored_worker.py keras3|keras2 user4|user3|correlated|correlated_noise
       # 2 logical CPUs: a user-level step on a lot of 4 (3) users, a
       # correlated-noise fit with noise 0, its noise's spread
-  mirrored_worker.py keras3|keras2 exact|noise|poisson PORT0 PORT1 INDEX
-      # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
+  mirrored_worker.py keras3|keras2 sampled_KIND_ROUTE
+      # 2 logical CPUs: lots of a sampler (KIND: poisson, fixed,
+      # poisson_users, fixed_users) by ROUTE (fit, or loop: private_step
+      # over distribute_lots) against the one-process loop
+  mirrored_worker.py keras3|keras2 MODES PORT0 PORT1 INDEX
+      # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1; MODES
+      # among exact, noise, shared_key, sampled_KIND_ROUTE and poisson (a
+      # dataset declared by hand: refused)
 
 Modes joined by commas run one after the other in the same process (on
 the same strategy, except one_replica's), as TensorFlow's start-up is most
@@ -135,6 +141,107 @@ def run_user_level(users_per_batch):
   return result
 
 
+# The sampled lots every worker draws: (sampler, its arguments, optimizer's
+# sampling arguments). 2 lots of 2 batches each (gradient accumulation);
+# fixed seeds, so that a run on one process draws the same lots.
+def sampled_lots(kind):
+  from tests.keras import users as user_tests  # pylint: disable=g-import-not-at-top
+  if kind == "poisson":
+    x, y = helpers.make_data("dense", 40, seed=1)
+    lots = tf_dp.data.poisson_sampled_batches(x, y, 0.3, 3, seed=5,
+                                              batches_per_lot=2)
+    dp = dict(population_size=40, sampling="poisson",
+              sampling_probability=0.3)
+  elif kind == "fixed":
+    x, y = helpers.make_data("dense", 40, seed=1)
+    lots = tf_dp.data.fixed_size_sampled_batches(x, y, 6, 3, seed=5,
+                                                 batches_per_lot=2)
+    dp = dict(population_size=40, sampling="fixed_size")
+  elif kind == "poisson_users":
+    x, y, ids = user_tests.user_data(users=20)
+    lots = tf_dp.data.poisson_sampled_users(
+        x, y, ids, 0.4, 3, user_tests.K_ROWS, seed=5, batches_per_lot=2)
+    dp = dict(population_size=20, sampling="poisson",
+              sampling_probability=0.4, privacy_unit="user",
+              max_examples_per_user=user_tests.K_ROWS)
+  else:  # fixed_users
+    x, y, ids = user_tests.user_data(users=20)
+    lots = tf_dp.data.fixed_size_sampled_users(
+        x, y, ids, 4, 3, user_tests.K_ROWS, seed=5, batches_per_lot=2)
+    dp = dict(population_size=20, sampling="fixed_size", privacy_unit="user",
+              max_examples_per_user=user_tests.K_ROWS)
+  return lots, dict(dp, gradient_accumulation_steps=2)
+
+
+def train_on_lots(kind, route, scope):
+  """Weights and ledger after training on ``sampled_lots(kind)`` under
+  ``scope`` (a strategy), by ``fit`` or by a custom loop around
+  ``private_step`` (over ``distribute_lots`` under a strategy)."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  lots, dp = sampled_lots(kind)
+  with scope.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=0.05,
+                                  noise_multiplier=0.0, **dp)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # fixed seeds, noise 0
+    if route == "fit":
+      with scope.scope():
+        model.compile(optimizer=optimizer, loss=loss)
+      model.fit(lots, epochs=1, verbose=0)
+    else:
+      step = tf.function(lambda x, y, w=None: optimizer.private_step(
+          model, loss, x, y, sample_weight=w))
+      if scope is tf.distribute.get_strategy():
+        for batch in lots:
+          step(*batch)
+      else:
+        for batch in tf_dp.data.distribute_lots(scope, lots):
+          scope.run(step, args=batch)
+  samples = optimizer.ledger.to_dict()["samples"]
+  return ([np.asarray(v.numpy(), np.float64)
+           for v in model.trainable_variables],
+          samples)
+
+
+def run_sampled(kind, route):
+  """A multi-worker run on sampled lots (by ``route``) against the
+  one-process custom loop over the sampler's first pass of lots (noise 0):
+  the same global lots. (A one-process ``fit`` of a fixed-seed sampler may
+  read another pass: Keras 2 may iterate a dataset before training.)"""
+  reference, reference_ledger = train_on_lots(kind, "loop",
+                                              tf.distribute.get_strategy())
+  out = {}
+  try:
+    got, ledger = train_on_lots(kind, route, strategy)
+    out["error"] = None
+  except Exception as e:  # pylint: disable=broad-except
+    out["error"] = f"{type(e).__name__}: {e}"[:3000]
+    return out
+  out["max_abs_error"] = float(max(np.max(np.abs(a - b))
+                                   for a, b in zip(reference, got)))
+  out["moved"] = float(max(np.max(np.abs(a - b)) for a, b in zip(
+      reference, train_initial_weights())))
+  out["ledger"] = ledger
+  out["reference_ledger"] = reference_ledger
+  out["kernel"] = got[0].ravel().tolist()
+  return out
+
+
+def train_initial_weights():
+  return [np.asarray(v.numpy(), np.float64) for v in
+          helpers.build_model(K, "dense").trainable_variables]
+
+
+def run_shared_key():
+  from tf_dp.data import distributed  # pylint: disable=g-import-not-at-top
+  from tf_dp.data import lots as lots_lib  # pylint: disable=g-import-not-at-top
+  own = lots_lib.random_key()
+  return {"own": str(own), "shared": str(distributed.shared_key(strategy,
+                                                                own))}
+
+
 def correlated_model(z, clip=0.01, scope=None, **dp):
   with (scope or strategy).scope():
     model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
@@ -245,7 +352,7 @@ def run(mode):
     out["sum_change"] = float(change)
     out["bound"] = 2 * clip
   elif mode == "poisson":
-    # Poisson lots over 2 workers: refused before any step.
+    # Poisson lots declared by hand over 2 workers: refused before any step.
     x, y = helpers.make_data("dense", 40, seed=1)
     with strategy.scope():
       model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
@@ -253,12 +360,20 @@ def run(mode):
           K.optimizers.SGD(1.0), l2_norm_clip=1.0, noise_multiplier=1.0,
           population_size=len(x), sampling="poisson", sampling_probability=0.25),
           loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    declared = tf_dp.data.declare_sampling(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(10), "poisson",
+        sampling_probability=0.25)
     try:
-      model.fit(tf_dp.data.poisson_sampled_batches(x, y, 0.25, 4), verbose=0)
+      model.fit(declared, verbose=0)
       out["refusal"] = None
     except ValueError as e:
       out["refusal"] = str(e)
     out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
+  elif mode.startswith("sampled_"):
+    kind, route = mode[len("sampled_"):].rsplit("_", 1)
+    out.update(run_sampled(kind, route))
+  elif mode == "shared_key":
+    out.update(run_shared_key())
   elif mode.startswith("user"):
     out.update(run_user_level(int(mode[len("user"):])))
   elif mode == "correlated":

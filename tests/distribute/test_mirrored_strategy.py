@@ -43,7 +43,8 @@ def _worker_results(flavor, modes):
 # The MirroredStrategy cases (on two replicas, and on one) share one
 # process per flavour (TensorFlow's start-up is most of a case's time).
 TWO_REPLICA_MODES = ("exact,microbatches,neighbour,noise,user4,user3,"
-                     "correlated,correlated_noise,one_replica")
+                     "correlated,correlated_noise,sampled_poisson_loop,"
+                     "sampled_fixed_users_loop,one_replica")
 
 
 # --stack-share runs a flavour's MirroredStrategy cases on one stack, so
@@ -66,9 +67,19 @@ def _free_ports(count):
   return ports
 
 
-# The multi-worker cases share one pair of worker processes; the refusal
-# comes last.
-MULTI_WORKER_MODES = "exact,noise,poisson"
+# The multi-worker cases of a flavour share one pair of worker processes;
+# the refusal comes last. Keras 3's own fit cannot train under
+# MultiWorkerMirroredStrategy on TF 2.21 (its first batch is reduced
+# across workers eagerly, and so are its scalar logs; a plain model fails
+# too): its route is a custom loop around private_step.
+SAMPLED_KINDS = ("poisson", "fixed", "poisson_users", "fixed_users")
+MULTI_WORKER_MODES = {
+    "keras2": ",".join(["exact", "noise", "shared_key"]
+                       + [f"sampled_{k}_fit" for k in SAMPLED_KINDS]
+                       + ["sampled_poisson_loop", "poisson"]),
+    "keras3": ",".join(["shared_key"]
+                       + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,8 +98,8 @@ def _two_worker_results(flavor, modes):
 
 
 def run_two_workers(flavor, mode):
-  return [worker[mode] for worker in _two_worker_results(flavor,
-                                                         MULTI_WORKER_MODES)]
+  return [worker[mode] for worker in _two_worker_results(
+      flavor, MULTI_WORKER_MODES[flavor])]
 
 
 @TWO_REPLICAS
@@ -245,10 +256,72 @@ def test_multi_worker_noise_once_per_global_batch(flavor):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
-def test_multi_worker_refuses_sampled_lots(flavor):
-  """Each worker iterates its own copy of a sampler's dataset: a global
-  step would join batches of different draws. Refused before any step."""
+def test_multi_worker_refuses_lots_it_cannot_redraw(flavor):
+  """Poisson lots marked with declare_sampling: each worker would iterate
+  its own copy, and a global step would join parts of different draws.
+  Refused before any step, naming the fix."""
   for result in run_two_workers(flavor, "poisson"):
     assert result["refusal"] is not None
-    assert "cannot train over 2 workers" in result["refusal"]
+    assert "over 2 workers" in result["refusal"]
+    assert "cannot be redrawn" in result["refusal"]
+    assert "distribute_lots" in result["refusal"]
     assert result["ledger_samples"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_lots_are_drawn_from_the_chiefs_key(flavor):
+  """Each worker's own key (OS entropy) differs; the key its lots are
+  drawn from is replica 0's, on both workers."""
+  chief, other = run_two_workers(flavor, "shared_key")
+  assert chief["own"] != other["own"]
+  assert chief["shared"] == other["shared"] == chief["own"]
+
+
+def _sampled_route(flavor):
+  return "fit" if flavor == "keras2" else "loop"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", SAMPLED_KINDS)
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_sampled_lots_equal_the_one_process_run(flavor, kind):
+  """Poisson, fixed-size, Poisson-user and fixed-size-user lots (fixed
+  seed, 3 lots of 2 batches, gradient accumulation) over 2 workers, by
+  fit on Keras 2 and by a custom loop around private_step over
+  distribute_lots on Keras 3: the weights equal the one-process custom
+  loop's over the same lots (noise 0, clip 0.05 binds; float32 rounding of
+  a sum split in two), on both workers, and the ledger holds the same 3
+  samples (n and q of the whole population)."""
+  for result in run_two_workers(flavor, f"sampled_{kind}_"
+                                f"{_sampled_route(flavor)}"):
+    assert result["error"] is None
+    assert result["moved"] > 1e-3
+    assert result["max_abs_error"] < 1e-6
+    assert len(result["ledger"]) == 3
+    assert result["ledger"] == result["reference_ledger"]
+  chief, other = run_two_workers(flavor, f"sampled_{kind}_"
+                                 f"{_sampled_route(flavor)}")
+  assert chief["kernel"] == other["kernel"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+def test_multi_worker_custom_loop_on_keras2(flavor):
+  for result in run_two_workers(flavor, "sampled_poisson_loop"):
+    assert result["error"] is None
+    assert result["max_abs_error"] < 1e-6
+
+
+@TWO_REPLICAS
+@pytest.mark.parametrize("kind", ["poisson", "fixed_users"])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_distribute_lots_on_two_local_replicas(flavor, kind):
+  """distribute_lots under MirroredStrategy (one input pipeline feeding 2
+  replicas, each its part of every batch): the custom loop equals the
+  one-process loop over the same lots."""
+  result = run_worker(flavor, f"sampled_{kind}_loop")
+  assert result["replicas"] == 2
+  assert result["error"] is None
+  assert result["max_abs_error"] < 1e-6
+  assert result["ledger"] == result["reference_ledger"]

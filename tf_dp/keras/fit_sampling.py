@@ -18,6 +18,7 @@ from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorfl
 
 from tf_dp.core import config as config_lib
 from tf_dp.core import lot_engine
+from tf_dp.data import distributed as data_distributed
 from tf_dp.data import lots as data_lots
 from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
@@ -443,10 +444,11 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
       (``DPEngine.recorded_population_size``).
     call: ``"fit"`` or ``"train_on_batch"``, for the messages.
     workers: Hosts the model's distribution strategy spans
-      (``strategy_workers``). Over several, each worker iterates its own copy
-      of a sampler's dataset and Keras shards it by batches, so a global
-      step joins batches of different draws: Poisson and fixed-size lots are
-      refused there.
+      (``strategy_workers``). Over several, Poisson and fixed-size lots
+      train only from a sampler's dataset (``fit`` redraws it on every
+      worker with ``tf_dp.data.distribute_lots``) or a
+      ``distribute_lots`` result; any other dataset would be iterated by
+      each worker on its own.
     replicas: Replicas in sync of the model's strategy
       (``strategy_replicas``). User lots must split into whole users
       across them (``_check_users_split_across_replicas``).
@@ -456,18 +458,25 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
       given and the fix.
   """
   declared = (data_lots.declared_sampling(x)
-              if isinstance(x, tf.data.Dataset) else None)
+              if isinstance(x, tf.data.Dataset) else
+              data_distributed.distributed_declaration(x))
   sampling = config.sampling
   name = config.caller.constructor  # The optimizer as the caller built it.
-  if sampling in _SAMPLERS and workers > 1:
+  redrawn = workers > 1 and (
+      data_lots.lot_recipe(x) is not None
+      or data_distributed.distributed_declaration(x) is not None)
+  if sampling in _SAMPLERS and workers > 1 and not redrawn:
     raise SamplingMismatchError(
-        f"{name}(sampling={sampling!r}) cannot train over {workers} "
-        f"workers: each worker iterates its own copy of the dataset and "
-        f"Keras shards it by batches, so a global step would join batches "
-        f"of different draws (an example could be in a lot twice) while the "
-        f"ledger records one {sampling} lot. Train {sampling} lots on one "
-        f"host (MirroredStrategy over its devices), or use "
-        f"sampling=\"shuffled\" with a dataset of global batches.")
+        f"{name}(sampling={sampling!r}) over {workers} workers trains on "
+        f"the dataset of a tf_dp.data sampler, unchanged: every worker "
+        f"redraws the same global lots from the sampler's recipe and reads "
+        f"its replicas' parts. fit was given a dataset that cannot be "
+        f"redrawn (marked with declare_sampling, or derived from a "
+        f"sampler's with .map, .prefetch, ...): each worker would iterate "
+        f"its own copy, and a global step would join parts of different "
+        f"draws while the ledger records one {sampling} lot. Pass the "
+        f"sampler's dataset (or tf_dp.data.distribute_lots(strategy, "
+        f"lots)) to fit.")
   if declared is None:
     if sampling not in _SAMPLERS:
       return
@@ -511,7 +520,8 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
         f"size), and its epsilon would not hold. Build the {name} "
         f"with {what}, or train on lots drawn as it declares.")
   _check_privacy_unit_of_lots(config, declared)
-  if config.privacy_unit is PrivacyUnit.USER and replicas > 1:
+  if config.privacy_unit is PrivacyUnit.USER and replicas > 1 and (
+      not redrawn):  # distribute_lots cuts batches into whole users.
     _check_users_split_across_replicas(config, x, replicas)
   # A Poisson mark and a Poisson configuration both hold their q.
   if sampling is Sampling.POISSON and not math.isclose(

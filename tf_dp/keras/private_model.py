@@ -22,6 +22,7 @@ from tf_dp.keras import backend
 from tf_dp.keras import dp_engine
 from tf_dp.keras import dp_step
 from tf_dp.keras import first_batch
+from tf_dp.keras import fit_distribution
 from tf_dp.keras import fit_order
 from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
@@ -158,6 +159,8 @@ def _dp_fit(self, *args: Any, **kwargs: Any) -> Any:
         optimizer.ensure_built(self.trainable_variables, self)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
+    if engine is not None:
+      args, kwargs = fit_distribution.redrawn_per_worker(self, args, kwargs)
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
   finally:
     if inferred:  # That n was this fit's only.
