@@ -30,6 +30,7 @@ the same order.
 import json
 import os
 import sys
+import tempfile
 
 import importlib.util  # pylint: disable=g-import-not-at-top
 
@@ -229,6 +230,120 @@ def run_sampled(kind, route):
   return out
 
 
+def build_on_lots(kind, route, scope):
+  """A private model and its DP optimizer under ``scope`` for
+  ``sampled_lots(kind)``, compiled for ``fit`` routes."""
+  _, dp = sampled_lots(kind)
+  with scope.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=0.05,
+                                  noise_multiplier=0.0, **dp)
+    if route == "fit":
+      model.compile(optimizer=optimizer, loss=K.losses.
+                    SparseCategoricalCrossentropy(from_logits=True))
+  return model, optimizer
+
+
+def continue_on_lots(model, optimizer, kind, route, scope):
+  """Trains ``model`` on ``sampled_lots(kind)`` under ``scope``."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  lots, _ = sampled_lots(kind)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # fixed seeds, noise 0
+    if route == "fit":
+      model.fit(lots, epochs=1, verbose=0)
+      return
+    step = tf.function(lambda x, y, w=None: optimizer.private_step(
+        model, loss, x, y, sample_weight=w))
+    if scope is tf.distribute.get_strategy():
+      for batch in lots:
+        step(*batch)
+    else:
+      for batch in tf_dp.data.distribute_lots(scope, lots):
+        scope.run(step, args=batch)
+
+
+def run_sampled_noise(route):
+  """Kernel updates of 96 Poisson lots of zero inputs (the first kernel's
+  gradients are 0: its updates are the noise alone) over the strategy."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  n, q, clip, z = 960, 10 / 960, 2.0, 1.5
+  x = np.zeros((n, 6), "float32")
+  y = np.zeros((n,), "int32")
+  with strategy.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
+        population_size=n, sampling="poisson", sampling_probability=q)
+    if route == "fit":
+      model.compile(optimizer=optimizer, loss=K.losses.
+                    SparseCategoricalCrossentropy(from_logits=True))
+  kernel = model.trainable_variables[0]
+  seen = [kernel.numpy().copy()]
+  lots = tf_dp.data.poisson_sampled_batches(x, y, q, 96)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    if route == "fit":
+
+      class Record(K.callbacks.Callback):
+
+        def on_train_batch_end(self, batch, logs=None):
+          seen.append(kernel.numpy().copy())
+
+      model.fit(lots, epochs=1, verbose=0, callbacks=[Record()])
+    else:
+      loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+      step = tf.function(lambda x, y, w: optimizer.private_step(
+          model, loss, x, y, sample_weight=w))
+      for batch in tf_dp.data.distribute_lots(strategy, lots):
+        strategy.run(step, args=batch)
+        seen.append(kernel.numpy().copy())
+  deltas = np.array([(b - a).ravel() for a, b in zip(seen, seen[1:])])
+  return {"deltas_std": float(np.std(deltas)), "steps": len(deltas),
+          "expected_stddev": clip * z / (q * n),
+          "ledger_samples": int(optimizer.ledger.sample_count.numpy()),
+          "kernel": seen[-1].ravel().tolist()}
+
+
+def run_resume(route):
+  """Train 3 Poisson lots over the workers, checkpoint, restore into new
+  models over the workers and in one process (another worker count), and
+  continue: the ledgers continue the saved one."""
+  weights = lambda m: [np.asarray(v.numpy(), np.float64)
+                       for v in m.trainable_variables]
+  task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+  shared = os.path.join(tempfile.gettempdir(),
+                        f"tf_dp_resume_{sys.argv[3]}_{route}")
+  first, first_optimizer = build_on_lots("poisson", route, strategy)
+  continue_on_lots(first, first_optimizer, "poisson", route, strategy)
+  saved = first_optimizer.ledger.to_dict()["samples"]
+  # Every worker writes (a collective); the chief's file is the checkpoint.
+  target = shared if task == 0 else tempfile.mkdtemp()
+  path = tf.train.Checkpoint(model=first, optimizer=first_optimizer).write(
+      os.path.join(target, "ckpt"))
+  chief_path = os.path.join(shared, "ckpt")
+  del path
+  out = {"saved": len(saved)}
+  for name, scope in (("workers", strategy),
+                      ("one_process", tf.distribute.get_strategy())):
+    model, optimizer = build_on_lots("poisson", route, scope)
+    with scope.scope():
+      status = tf.train.Checkpoint(model=model,
+                                   optimizer=optimizer).read(chief_path)
+    restored_ledger = optimizer.ledger.to_dict()["samples"]
+    out[name + "_restored_weights_error"] = float(max(
+        np.max(np.abs(a - b)) for a, b in zip(weights(first),
+                                              weights(model))))
+    continue_on_lots(model, optimizer, "poisson", route, scope)
+    status.assert_existing_objects_matched()
+    after = optimizer.ledger.to_dict()["samples"]
+    out[name + "_restored_samples"] = len(restored_ledger)
+    out[name + "_samples_after"] = len(after)
+    out[name + "_prefix_kept"] = after[:len(saved)] == saved
+  return out
+
+
 def train_initial_weights():
   return [np.asarray(v.numpy(), np.float64) for v in
           helpers.build_model(K, "dense").trainable_variables]
@@ -369,9 +484,13 @@ def run(mode):
     except ValueError as e:
       out["refusal"] = str(e)
     out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
+  elif mode.startswith("sampled_noise_"):
+    out.update(run_sampled_noise(mode[len("sampled_noise_"):]))
   elif mode.startswith("sampled_"):
     kind, route = mode[len("sampled_"):].rsplit("_", 1)
     out.update(run_sampled(kind, route))
+  elif mode.startswith("resume_"):
+    out.update(run_resume(mode[len("resume_"):]))
   elif mode == "shared_key":
     out.update(run_shared_key())
   elif mode.startswith("user"):

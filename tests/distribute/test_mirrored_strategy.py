@@ -76,9 +76,11 @@ SAMPLED_KINDS = ("poisson", "fixed", "poisson_users", "fixed_users")
 MULTI_WORKER_MODES = {
     "keras2": ",".join(["exact", "noise", "shared_key"]
                        + [f"sampled_{k}_fit" for k in SAMPLED_KINDS]
-                       + ["sampled_poisson_loop", "poisson"]),
+                       + ["sampled_poisson_loop", "sampled_noise_fit",
+                          "resume_fit", "poisson"]),
     "keras3": ",".join(["shared_key"]
-                       + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]),
+                       + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]
+                       + ["sampled_noise_loop", "resume_loop"]),
 }
 
 
@@ -311,6 +313,39 @@ def test_multi_worker_custom_loop_on_keras2(flavor):
   for result in run_two_workers(flavor, "sampled_poisson_loop"):
     assert result["error"] is None
     assert result["max_abs_error"] < 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_poisson_noise_once_per_global_lot(flavor):
+  """96 Poisson lots of zero inputs over 2 workers: the first kernel's
+  updates are the noise alone, of sd C z / (q n) = 0.3 if noise is added
+  once per global lot (sqrt(2) x with noise per worker, 0 with none);
+  2880 updates, tolerance 8% (6 sd). Both workers hold the same weights;
+  96 ledger samples."""
+  chief, other = run_two_workers(flavor, f"sampled_noise_"
+                                 f"{_sampled_route(flavor)}")
+  assert chief["steps"] == 96 and chief["ledger_samples"] == 96
+  assert chief["deltas_std"] == pytest.approx(chief["expected_stddev"],
+                                              rel=0.08)
+  assert chief["kernel"] == other["kernel"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_run_resumes_from_a_checkpoint(flavor):
+  """3 Poisson lots over 2 workers, a checkpoint (every worker writes, the
+  chief's file counts), then new models restored from it, over the 2
+  workers and in one process (another worker count), each training 3 more
+  lots: the weights are restored exactly, and the ledger holds the 3 saved
+  samples unchanged, then the 3 new ones."""
+  for result in run_two_workers(flavor, f"resume_{_sampled_route(flavor)}"):
+    assert result["saved"] == 3
+    for where in ("workers", "one_process"):
+      assert result[f"{where}_restored_weights_error"] == 0.0
+      assert result[f"{where}_restored_samples"] == 3
+      assert result[f"{where}_samples_after"] == 6
+      assert result[f"{where}_prefix_kept"]
 
 
 @TWO_REPLICAS

@@ -70,7 +70,10 @@ def distribute_lots(strategy: tf.distribute.Strategy,
   Use it in a custom loop under any strategy (``MirroredStrategy``,
   ``MultiWorkerMirroredStrategy``: ``strategy.run(step, args=(x, y, w))``
   for each element). Keras ``fit`` of a private model calls it itself when
-  the strategy spans several workers.
+  the strategy spans several workers. Over several workers, a sampler's
+  dataset given to ``strategy.experimental_distribute_dataset`` instead
+  would be drawn by each worker from its own key: its parts would not make
+  one lot.
 
   Privacy contract: the lots are the sampler's, drawn once for the whole
   strategy: each batch is cut into ``strategy.num_replicas_in_sync`` parts
