@@ -1,10 +1,28 @@
-"""``fit``'s sampler lots over a strategy that spans several workers."""
+"""A model's ``tf.distribute`` strategy, and ``fit``'s sampler lots over a
+strategy that spans several workers."""
 
 from typing import Any, Dict, Tuple
 
 from tf_dp.data import distributed as data_distributed
 from tf_dp.data import lots as data_lots
-from tf_dp.keras import fit_sampling
+
+
+def strategy_workers(model: Any) -> int:
+  """The hosts (chief and workers) ``model``'s distribution strategy spans;
+  1 without a multi-worker strategy."""
+  strategy = getattr(model, "distribute_strategy", None)
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None:
+    return 1
+  spec = resolver.cluster_spec().as_dict()
+  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
+
+
+def strategy_replicas(model: Any) -> int:
+  """The replicas in sync of ``model``'s distribution strategy (1 without
+  one)."""
+  strategy = getattr(model, "distribute_strategy", None)
+  return getattr(strategy, "num_replicas_in_sync", 1) or 1
 
 
 def redrawn_per_worker(model: Any, args: Tuple[Any, ...],
@@ -20,7 +38,7 @@ def redrawn_per_worker(model: Any, args: Tuple[Any, ...],
   Privacy contract: see ``tf_dp.data.distribute_lots``: the lots the
   ledger records are the sampler's, one global lot per step.
   """
-  if fit_sampling.strategy_workers(model) <= 1:
+  if strategy_workers(model) <= 1:
     return args, kwargs
   from_args = bool(args)
   x = args[0] if from_args else kwargs.get("x")
