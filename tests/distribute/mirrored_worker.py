@@ -264,9 +264,10 @@ def continue_on_lots(model, optimizer, kind, route, scope):
         scope.run(step, args=batch)
 
 
-def run_sampled_noise(route):
+def run_sampled_noise(route, secure=False):
   """Kernel updates of 96 Poisson lots of zero inputs (the first kernel's
-  gradients are 0: its updates are the noise alone) over the strategy."""
+  gradients are 0: its updates are the noise alone) over the strategy,
+  with the default noise or ``secure_mode``."""
   import warnings  # pylint: disable=g-import-not-at-top
   n, q, clip, z = 960, 10 / 960, 2.0, 1.5
   x = np.zeros((n, 6), "float32")
@@ -275,7 +276,8 @@ def run_sampled_noise(route):
     model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
     optimizer = tf_dp.DPOptimizer(
         K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
-        population_size=n, sampling="poisson", sampling_probability=q)
+        population_size=n, sampling="poisson", sampling_probability=q,
+        secure_mode=secure)
     if route == "fit":
       model.compile(optimizer=optimizer, loss=K.losses.
                     SparseCategoricalCrossentropy(from_logits=True))
@@ -486,6 +488,8 @@ def run(mode):
     out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
   elif mode.startswith("sampled_noise_"):
     out.update(run_sampled_noise(mode[len("sampled_noise_"):]))
+  elif mode.startswith("secure_noise_"):
+    out.update(run_sampled_noise(mode[len("secure_noise_"):], secure=True))
   elif mode.startswith("sampled_"):
     kind, route = mode[len("sampled_"):].rsplit("_", 1)
     out.update(run_sampled(kind, route))

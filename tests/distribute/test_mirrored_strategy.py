@@ -77,10 +77,11 @@ MULTI_WORKER_MODES = {
     "keras2": ",".join(["exact", "noise", "shared_key"]
                        + [f"sampled_{k}_fit" for k in SAMPLED_KINDS]
                        + ["sampled_poisson_loop", "sampled_noise_fit",
-                          "resume_fit", "poisson"]),
+                          "secure_noise_fit", "resume_fit", "poisson"]),
     "keras3": ",".join(["shared_key"]
                        + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]
-                       + ["sampled_noise_loop", "resume_loop"]),
+                       + ["sampled_noise_loop", "secure_noise_loop",
+                          "resume_loop"]),
 }
 
 
@@ -316,14 +317,17 @@ def test_multi_worker_custom_loop_on_keras2(flavor):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("noise", ["sampled_noise", "secure_noise"])
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_multi_worker_poisson_noise_once_per_global_lot(flavor):
-  """96 Poisson lots of zero inputs over 2 workers: the first kernel's
-  updates are the noise alone, of sd C z / (q n) = 0.3 if noise is added
-  once per global lot (sqrt(2) x with noise per worker, 0 with none);
-  2880 updates, tolerance 8% (6 sd). Both workers hold the same weights;
-  96 ledger samples."""
-  chief, other = run_two_workers(flavor, f"sampled_noise_"
+def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise):
+  """96 Poisson lots of zero inputs over 2 workers, default noise and
+  secure_mode (every worker draws from its own OS entropy; the chief's
+  draw is sent to all): the first kernel's updates are the noise alone, of
+  sd C z / (q n) = 0.3 if noise is added once per global lot (sqrt(2) x
+  with noise per worker, 0 with none); 2880 updates, tolerance 8% (6 sd).
+  Both workers hold the same weights (with a draw per worker they would
+  differ); 96 ledger samples."""
+  chief, other = run_two_workers(flavor, f"{noise}_"
                                  f"{_sampled_route(flavor)}")
   assert chief["steps"] == 96 and chief["ledger_samples"] == 96
   assert chief["deltas_std"] == pytest.approx(chief["expected_stddev"],
