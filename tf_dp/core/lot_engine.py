@@ -336,8 +336,9 @@ class LotEngine(tf.Module):
 
     Under a ``tf.distribute`` strategy (any, even with one replica: its
     variables, the ledger's included, may only be updated in cross-replica
-    context), one ``merge_call`` sums the replicas' clipped sums and runs
-    the rest once: noise once per global lot, one ledger sample per lot.
+    context), one batched all-reduce sums the replicas' clipped sums, and
+    one ``merge_call`` runs the rest once: noise once per global lot, one
+    ledger sample per lot.
 
     Args:
       batch_sum: ``{part: summed preprocessed records}`` of this replica's
@@ -355,20 +356,25 @@ class LotEngine(tf.Module):
     if context is None or not tf.distribute.has_strategy():
       return self._add_to_lot(batch_sum, records, examples, apply_fn)
 
-    def merge(strategy, batch_sum, records, examples):
-      total = lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v,
-                                        axis=None)
+    # One batched all-reduce of every sum (the collectives pack them), as
+    # a plain step's gradient all-reduce: the same on every replica.
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                (batch_sum, records, examples))
+
+    def merge(strategy, summed):
+      local = lambda v: strategy.experimental_local_results(v)[0]
+      total_sum, total_records, total_examples = tf.nest.map_structure(
+          local, summed)
       # Optimizers apply in replica context (as Keras's own
       # LossScaleOptimizer does): every replica applies the same mean,
       # copied onto its device (an all-reduce needs placed values).
       on_replica = lambda mean: apply_fn([tf.identity(g) for g in mean])
       apply_in_replicas = lambda mean: strategy.extended.call_for_each_replica(
           on_replica, args=(mean,))
-      return self._add_to_lot(tf.nest.map_structure(total, batch_sum),
-                              total(records), total(examples),
+      return self._add_to_lot(total_sum, total_records, total_examples,
                               apply_in_replicas)
 
-    return context.merge_call(merge, args=(batch_sum, records, examples))
+    return context.merge_call(merge, args=(summed,))
 
   def _add_to_lot(self, batch_sum, records, examples, apply_fn):
     """Adds a (global) batch sum to the lot unless the budget is spent."""
