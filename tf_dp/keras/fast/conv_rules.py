@@ -9,12 +9,13 @@ uses for the layer (Conv2DBackpropFilter and friends) applied to the
 per-record scaled output gradients, so no patches are formed for the sum.
 """
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
 
@@ -426,7 +427,7 @@ class Conv2DTransposeRule(linear.LinearRule):
                             list(layer.strides), _padding(layer), [1, 1])
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   """Registers these rules for the layer classes of each Keras module."""
   for keras in modules:

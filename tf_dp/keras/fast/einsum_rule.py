@@ -15,11 +15,12 @@ gradient is the kernel gradient of an einsum derived from the layer's
 """
 
 import string
-from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
+from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
 # An einsum's ``(input, kernel, output)`` letter strings.
@@ -317,7 +318,7 @@ class EinsumDenseRule(LoraMixin, linear.LinearRule):
     return tf.einsum(f"{inp},{out}->{ker}", x, g)
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   for keras in modules:
     register(keras.layers.EinsumDense, EinsumDenseRule())
