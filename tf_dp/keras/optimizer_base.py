@@ -69,6 +69,14 @@ class DPOptimizerMixin:
       """The variables Keras itself saves: this optimizer's and the wrapped
       one's (step counter, slots)."""
 
+    def apply_with_inner(self, grads: Sequence[Any],
+                         trainable_variables: Sequence[Any]) -> None: ...
+
+    def inner_config(self) -> Any: ...
+
+    @staticmethod
+    def inner_from_config(config: Any, custom_objects: Any = None) -> Any: ...
+
   @property
   def ledger(self) -> PrivacyLedger:
     """The ``PrivacyLedger`` of every lot this optimizer applied.
@@ -171,6 +179,20 @@ class DPOptimizerMixin:
     that drops optimizer state, e.g. Keras 2's SavedModel)."""
     applied = int(optimizer_state.numpy(self.iterations))
     return max(applied, getattr(self, "_lots_applied_at_save", 0))
+
+  def apply_private_gradients(self, grads: Sequence[Any],
+                              trainable_variables: Sequence[Any]) -> None:
+    """Applies already clipped and noised mean gradients (internal)."""
+    self.apply_with_inner(grads, trainable_variables)
+
+  def get_config(self) -> Dict[str, Any]:
+    return dict(self._config_dict(), inner_optimizer=self.inner_config())
+
+  @classmethod
+  def from_config(cls, config: Dict[str, Any],
+                  custom_objects: Any = None) -> Any:
+    inner = cls.inner_from_config(config["inner_optimizer"], custom_objects)
+    return cls._from_config_dict(inner, config)
 
   def _config_dict(self) -> Dict[str, Any]:
     """``get_config``'s common part: the DP config and the lots applied."""

@@ -1,6 +1,6 @@
 """``DPOptimizer`` for Keras 2 (``tf_keras``, or ``tf.keras`` on TF 2.15)."""
 
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 import tensorflow as tf
 
@@ -64,16 +64,3 @@ class DPOptimizerKeras2(optimizer_base.DPOptimizerMixin,
     raise RuntimeError(
         optimizer_base.summed_gradients_error(self.dp_config.caller))
 
-  def apply_private_gradients(self, grads: Sequence[Any],
-                              trainable_variables: Sequence[Any]) -> None:
-    """Applies already clipped and noised mean gradients (internal)."""
-    self.apply_with_inner(grads, trainable_variables)
-
-  def get_config(self) -> Dict[str, Any]:
-    return dict(self._config_dict(), inner_optimizer=self.inner_config())
-
-  @classmethod
-  def from_config(cls, config: Dict[str, Any],
-                  custom_objects: Any = None) -> "DPOptimizerKeras2":
-    inner = cls.inner_from_config(config["inner_optimizer"], custom_objects)
-    return cls._from_config_dict(inner, config)

@@ -1,6 +1,6 @@
 """``DPOptimizer`` for Keras 3 (``keras`` >= 3, ``tf.keras`` on TF >= 2.16)."""
 
-from typing import Any, Dict, NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from tf_dp.core import config as config_lib
 from tf_dp.keras import dp_engine
@@ -32,16 +32,3 @@ class DPOptimizerKeras3(optimizer_base.DPOptimizerMixin,
     raise RuntimeError(
         optimizer_base.summed_gradients_error(self.dp_config.caller))
 
-  def apply_private_gradients(self, grads: Sequence[Any],
-                              trainable_variables: Sequence[Any]) -> None:
-    """Applies already clipped and noised mean gradients (internal)."""
-    self.apply_with_inner(grads, trainable_variables)
-
-  def get_config(self) -> Dict[str, Any]:
-    return dict(self._config_dict(), inner_optimizer=self.inner_config())
-
-  @classmethod
-  def from_config(cls, config: Dict[str, Any],
-                  custom_objects: Any = None) -> "DPOptimizerKeras3":
-    inner = cls.inner_from_config(config["inner_optimizer"], custom_objects)
-    return cls._from_config_dict(inner, config)
