@@ -12,8 +12,14 @@ test_mirrored_strategy.py. Usage:
   mirrored_worker.py keras3|keras2 user4|user3|correlated|correlated_noise
       # 2 logical CPUs: a user-level step on a lot of 4 (3) users, a
       # correlated-noise fit with noise 0, its noise's spread
-  mirrored_worker.py keras3|keras2 exact|noise|poisson PORT0 PORT1 INDEX
-      # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1
+  mirrored_worker.py keras3|keras2 sampled_KIND_ROUTE
+      # 2 logical CPUs: lots of a sampler (KIND: poisson, fixed,
+      # poisson_users, fixed_users) by ROUTE (fit, or loop: private_step
+      # over distribute_lots) against the one-process loop
+  mirrored_worker.py keras3|keras2 MODES PORT0 PORT1 INDEX
+      # MultiWorkerMirroredStrategy: worker INDEX of 2 on 127.0.0.1; MODES
+      # among exact, noise, shared_key, sampled_KIND_ROUTE and poisson (a
+      # dataset declared by hand: refused)
 
 Modes joined by commas run one after the other in the same process (on
 the same strategy, except one_replica's), as TensorFlow's start-up is most
@@ -24,6 +30,7 @@ the same order.
 import json
 import os
 import sys
+import tempfile
 
 import importlib.util  # pylint: disable=g-import-not-at-top
 
@@ -133,6 +140,223 @@ def run_user_level(users_per_batch):
   result["ledger"] = [[s["privacy_unit"], s["population_size"],
                        s["sampling_probability"]] for s in samples]
   return result
+
+
+# The sampled lots every worker draws: (sampler, its arguments, optimizer's
+# sampling arguments). 2 lots of 2 batches each (gradient accumulation);
+# fixed seeds, so that a run on one process draws the same lots.
+def sampled_lots(kind):
+  from tests.keras import users as user_tests  # pylint: disable=g-import-not-at-top
+  if kind == "poisson":
+    x, y = helpers.make_data("dense", 40, seed=1)
+    lots = tf_dp.data.poisson_sampled_batches(x, y, 0.3, 3, seed=5,
+                                              batches_per_lot=2)
+    dp = dict(population_size=40, sampling="poisson",
+              sampling_probability=0.3)
+  elif kind == "fixed":
+    x, y = helpers.make_data("dense", 40, seed=1)
+    lots = tf_dp.data.fixed_size_sampled_batches(x, y, 6, 3, seed=5,
+                                                 batches_per_lot=2)
+    dp = dict(population_size=40, sampling="fixed_size")
+  elif kind == "poisson_users":
+    x, y, ids = user_tests.user_data(users=20)
+    lots = tf_dp.data.poisson_sampled_users(
+        x, y, ids, 0.4, 3, user_tests.K_ROWS, seed=5, batches_per_lot=2)
+    dp = dict(population_size=20, sampling="poisson",
+              sampling_probability=0.4, privacy_unit="user",
+              max_examples_per_user=user_tests.K_ROWS)
+  else:  # fixed_users
+    x, y, ids = user_tests.user_data(users=20)
+    lots = tf_dp.data.fixed_size_sampled_users(
+        x, y, ids, 4, 3, user_tests.K_ROWS, seed=5, batches_per_lot=2)
+    dp = dict(population_size=20, sampling="fixed_size", privacy_unit="user",
+              max_examples_per_user=user_tests.K_ROWS)
+  return lots, dict(dp, gradient_accumulation_steps=2)
+
+
+def train_on_lots(kind, route, scope):
+  """Weights and ledger after training on ``sampled_lots(kind)`` under
+  ``scope`` (a strategy), by ``fit`` or by a custom loop around
+  ``private_step`` (over ``distribute_lots`` under a strategy)."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  lots, dp = sampled_lots(kind)
+  with scope.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=0.05,
+                                  noise_multiplier=0.0, **dp)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # fixed seeds, noise 0
+    if route == "fit":
+      with scope.scope():
+        model.compile(optimizer=optimizer, loss=loss)
+      model.fit(lots, epochs=1, verbose=0)
+    else:
+      step = tf.function(lambda x, y, w=None: optimizer.private_step(
+          model, loss, x, y, sample_weight=w))
+      if scope is tf.distribute.get_strategy():
+        for batch in lots:
+          step(*batch)
+      else:
+        for batch in tf_dp.data.distribute_lots(scope, lots):
+          scope.run(step, args=batch)
+  samples = optimizer.ledger.to_dict()["samples"]
+  return ([np.asarray(v.numpy(), np.float64)
+           for v in model.trainable_variables],
+          samples)
+
+
+def run_sampled(kind, route):
+  """A multi-worker run on sampled lots (by ``route``) against the
+  one-process custom loop over the sampler's first pass of lots (noise 0):
+  the same global lots. (A one-process ``fit`` of a fixed-seed sampler may
+  read another pass: Keras 2 may iterate a dataset before training.)"""
+  reference, reference_ledger = train_on_lots(kind, "loop",
+                                              tf.distribute.get_strategy())
+  out = {}
+  try:
+    got, ledger = train_on_lots(kind, route, strategy)
+    out["error"] = None
+  except Exception as e:  # pylint: disable=broad-except
+    out["error"] = f"{type(e).__name__}: {e}"[:3000]
+    return out
+  out["max_abs_error"] = float(max(np.max(np.abs(a - b))
+                                   for a, b in zip(reference, got)))
+  out["moved"] = float(max(np.max(np.abs(a - b)) for a, b in zip(
+      reference, train_initial_weights())))
+  out["ledger"] = ledger
+  out["reference_ledger"] = reference_ledger
+  out["kernel"] = got[0].ravel().tolist()
+  return out
+
+
+def build_on_lots(kind, route, scope):
+  """A private model and its DP optimizer under ``scope`` for
+  ``sampled_lots(kind)``, compiled for ``fit`` routes."""
+  _, dp = sampled_lots(kind)
+  with scope.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=0.05,
+                                  noise_multiplier=0.0, **dp)
+    if route == "fit":
+      model.compile(optimizer=optimizer, loss=K.losses.
+                    SparseCategoricalCrossentropy(from_logits=True))
+  return model, optimizer
+
+
+def continue_on_lots(model, optimizer, kind, route, scope):
+  """Trains ``model`` on ``sampled_lots(kind)`` under ``scope``."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  lots, _ = sampled_lots(kind)
+  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # fixed seeds, noise 0
+    if route == "fit":
+      model.fit(lots, epochs=1, verbose=0)
+      return
+    step = tf.function(lambda x, y, w=None: optimizer.private_step(
+        model, loss, x, y, sample_weight=w))
+    if scope is tf.distribute.get_strategy():
+      for batch in lots:
+        step(*batch)
+    else:
+      for batch in tf_dp.data.distribute_lots(scope, lots):
+        scope.run(step, args=batch)
+
+
+def run_sampled_noise(route, secure=False):
+  """Kernel updates of 96 Poisson lots of zero inputs (the first kernel's
+  gradients are 0: its updates are the noise alone) over the strategy,
+  with the default noise or ``secure_mode``."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  n, q, clip, z = 960, 10 / 960, 2.0, 1.5
+  x = np.zeros((n, 6), "float32")
+  y = np.zeros((n,), "int32")
+  with strategy.scope():
+    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
+    optimizer = tf_dp.DPOptimizer(
+        K.optimizers.SGD(1.0), l2_norm_clip=clip, noise_multiplier=z,
+        population_size=n, sampling="poisson", sampling_probability=q,
+        secure_mode=secure)
+    if route == "fit":
+      model.compile(optimizer=optimizer, loss=K.losses.
+                    SparseCategoricalCrossentropy(from_logits=True))
+  kernel = model.trainable_variables[0]
+  seen = [kernel.numpy().copy()]
+  lots = tf_dp.data.poisson_sampled_batches(x, y, q, 96)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    if route == "fit":
+
+      class Record(K.callbacks.Callback):
+
+        def on_train_batch_end(self, batch, logs=None):
+          seen.append(kernel.numpy().copy())
+
+      model.fit(lots, epochs=1, verbose=0, callbacks=[Record()])
+    else:
+      loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+      step = tf.function(lambda x, y, w: optimizer.private_step(
+          model, loss, x, y, sample_weight=w))
+      for batch in tf_dp.data.distribute_lots(strategy, lots):
+        strategy.run(step, args=batch)
+        seen.append(kernel.numpy().copy())
+  deltas = np.array([(b - a).ravel() for a, b in zip(seen, seen[1:])])
+  return {"deltas_std": float(np.std(deltas)), "steps": len(deltas),
+          "expected_stddev": clip * z / (q * n),
+          "ledger_samples": int(optimizer.ledger.sample_count.numpy()),
+          "kernel": seen[-1].ravel().tolist()}
+
+
+def run_resume(route):
+  """Train 3 Poisson lots over the workers, checkpoint, restore into new
+  models over the workers and in one process (another worker count), and
+  continue: the ledgers continue the saved one."""
+  weights = lambda m: [np.asarray(v.numpy(), np.float64)
+                       for v in m.trainable_variables]
+  task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+  shared = os.path.join(tempfile.gettempdir(),
+                        f"tf_dp_resume_{sys.argv[3]}_{route}")
+  first, first_optimizer = build_on_lots("poisson", route, strategy)
+  continue_on_lots(first, first_optimizer, "poisson", route, strategy)
+  saved = first_optimizer.ledger.to_dict()["samples"]
+  # Every worker writes (a collective); the chief's file is the checkpoint.
+  target = shared if task == 0 else tempfile.mkdtemp()
+  path = tf.train.Checkpoint(model=first, optimizer=first_optimizer).write(
+      os.path.join(target, "ckpt"))
+  chief_path = os.path.join(shared, "ckpt")
+  del path
+  out = {"saved": len(saved)}
+  for name, scope in (("workers", strategy),
+                      ("one_process", tf.distribute.get_strategy())):
+    model, optimizer = build_on_lots("poisson", route, scope)
+    with scope.scope():
+      status = tf.train.Checkpoint(model=model,
+                                   optimizer=optimizer).read(chief_path)
+    restored_ledger = optimizer.ledger.to_dict()["samples"]
+    out[name + "_restored_weights_error"] = float(max(
+        np.max(np.abs(a - b)) for a, b in zip(weights(first),
+                                              weights(model))))
+    continue_on_lots(model, optimizer, "poisson", route, scope)
+    status.assert_existing_objects_matched()
+    after = optimizer.ledger.to_dict()["samples"]
+    out[name + "_restored_samples"] = len(restored_ledger)
+    out[name + "_samples_after"] = len(after)
+    out[name + "_prefix_kept"] = after[:len(saved)] == saved
+  return out
+
+
+def train_initial_weights():
+  return [np.asarray(v.numpy(), np.float64) for v in
+          helpers.build_model(K, "dense").trainable_variables]
+
+
+def run_shared_key():
+  from tf_dp.data import distributed  # pylint: disable=g-import-not-at-top
+  from tf_dp.data import lots as lots_lib  # pylint: disable=g-import-not-at-top
+  own = lots_lib.random_key()
+  return {"own": str(own), "shared": str(distributed.shared_key(strategy,
+                                                                own))}
 
 
 def correlated_model(z, clip=0.01, scope=None, **dp):
@@ -245,7 +469,7 @@ def run(mode):
     out["sum_change"] = float(change)
     out["bound"] = 2 * clip
   elif mode == "poisson":
-    # Poisson lots over 2 workers: refused before any step.
+    # Poisson lots declared by hand over 2 workers: refused before any step.
     x, y = helpers.make_data("dense", 40, seed=1)
     with strategy.scope():
       model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
@@ -253,12 +477,26 @@ def run(mode):
           K.optimizers.SGD(1.0), l2_norm_clip=1.0, noise_multiplier=1.0,
           population_size=len(x), sampling="poisson", sampling_probability=0.25),
           loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    declared = tf_dp.data.declare_sampling(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(10), "poisson",
+        sampling_probability=0.25)
     try:
-      model.fit(tf_dp.data.poisson_sampled_batches(x, y, 0.25, 4), verbose=0)
+      model.fit(declared, verbose=0)
       out["refusal"] = None
     except ValueError as e:
       out["refusal"] = str(e)
     out["ledger_samples"] = int(model.optimizer.ledger.sample_count.numpy())
+  elif mode.startswith("sampled_noise_"):
+    out.update(run_sampled_noise(mode[len("sampled_noise_"):]))
+  elif mode.startswith("secure_noise_"):
+    out.update(run_sampled_noise(mode[len("secure_noise_"):], secure=True))
+  elif mode.startswith("sampled_"):
+    kind, route = mode[len("sampled_"):].rsplit("_", 1)
+    out.update(run_sampled(kind, route))
+  elif mode.startswith("resume_"):
+    out.update(run_resume(mode[len("resume_"):]))
+  elif mode == "shared_key":
+    out.update(run_shared_key())
   elif mode.startswith("user"):
     out.update(run_user_level(int(mode[len("user"):])))
   elif mode == "correlated":

@@ -43,7 +43,8 @@ def _worker_results(flavor, modes):
 # The MirroredStrategy cases (on two replicas, and on one) share one
 # process per flavour (TensorFlow's start-up is most of a case's time).
 TWO_REPLICA_MODES = ("exact,microbatches,neighbour,noise,user4,user3,"
-                     "correlated,correlated_noise,one_replica")
+                     "correlated,correlated_noise,sampled_poisson_loop,"
+                     "sampled_fixed_users_loop,one_replica")
 
 
 # --stack-share runs a flavour's MirroredStrategy cases on one stack, so
@@ -66,9 +67,22 @@ def _free_ports(count):
   return ports
 
 
-# The multi-worker cases share one pair of worker processes; the refusal
-# comes last.
-MULTI_WORKER_MODES = "exact,noise,poisson"
+# The multi-worker cases of a flavour share one pair of worker processes;
+# the refusal comes last. Keras 3's own fit cannot train under
+# MultiWorkerMirroredStrategy on TF 2.21 (its first batch is reduced
+# across workers eagerly, and so are its scalar logs; a plain model fails
+# too): its route is a custom loop around private_step.
+SAMPLED_KINDS = ("poisson", "fixed", "poisson_users", "fixed_users")
+MULTI_WORKER_MODES = {
+    "keras2": ",".join(["exact", "noise", "shared_key"]
+                       + [f"sampled_{k}_fit" for k in SAMPLED_KINDS]
+                       + ["sampled_poisson_loop", "sampled_noise_fit",
+                          "secure_noise_fit", "resume_fit", "poisson"]),
+    "keras3": ",".join(["shared_key"]
+                       + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]
+                       + ["sampled_noise_loop", "secure_noise_loop",
+                          "resume_loop"]),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,8 +101,8 @@ def _two_worker_results(flavor, modes):
 
 
 def run_two_workers(flavor, mode):
-  return [worker[mode] for worker in _two_worker_results(flavor,
-                                                         MULTI_WORKER_MODES)]
+  return [worker[mode] for worker in _two_worker_results(
+      flavor, MULTI_WORKER_MODES[flavor])]
 
 
 @TWO_REPLICAS
@@ -245,10 +259,108 @@ def test_multi_worker_noise_once_per_global_batch(flavor):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
-def test_multi_worker_refuses_sampled_lots(flavor):
-  """Each worker iterates its own copy of a sampler's dataset: a global
-  step would join batches of different draws. Refused before any step."""
+def test_multi_worker_refuses_lots_it_cannot_redraw(flavor):
+  """Poisson lots marked with declare_sampling: each worker would iterate
+  its own copy, and a global step would join parts of different draws.
+  Refused before any step, naming the fix."""
   for result in run_two_workers(flavor, "poisson"):
     assert result["refusal"] is not None
-    assert "cannot train over 2 workers" in result["refusal"]
+    assert "over 2 workers" in result["refusal"]
+    assert "cannot be redrawn" in result["refusal"]
+    assert "distribute_lots" in result["refusal"]
     assert result["ledger_samples"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_lots_are_drawn_from_the_chiefs_key(flavor):
+  """Each worker's own key (OS entropy) differs; the key its lots are
+  drawn from is replica 0's, on both workers."""
+  chief, other = run_two_workers(flavor, "shared_key")
+  assert chief["own"] != other["own"]
+  assert chief["shared"] == other["shared"] == chief["own"]
+
+
+def _sampled_route(flavor):
+  return "fit" if flavor == "keras2" else "loop"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", SAMPLED_KINDS)
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_sampled_lots_equal_the_one_process_run(flavor, kind):
+  """Poisson, fixed-size, Poisson-user and fixed-size-user lots (fixed
+  seed, 3 lots of 2 batches, gradient accumulation) over 2 workers, by
+  fit on Keras 2 and by a custom loop around private_step over
+  distribute_lots on Keras 3: the weights equal the one-process custom
+  loop's over the same lots (noise 0, clip 0.05 binds; float32 rounding of
+  a sum split in two), on both workers, and the ledger holds the same 3
+  samples (n and q of the whole population)."""
+  for result in run_two_workers(flavor, f"sampled_{kind}_"
+                                f"{_sampled_route(flavor)}"):
+    assert result["error"] is None
+    assert result["moved"] > 1e-3
+    assert result["max_abs_error"] < 1e-6
+    assert len(result["ledger"]) == 3
+    assert result["ledger"] == result["reference_ledger"]
+  chief, other = run_two_workers(flavor, f"sampled_{kind}_"
+                                 f"{_sampled_route(flavor)}")
+  assert chief["kernel"] == other["kernel"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+def test_multi_worker_custom_loop_on_keras2(flavor):
+  for result in run_two_workers(flavor, "sampled_poisson_loop"):
+    assert result["error"] is None
+    assert result["max_abs_error"] < 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", ["sampled_noise", "secure_noise"])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise):
+  """96 Poisson lots of zero inputs over 2 workers, default noise and
+  secure_mode (every worker draws from its own OS entropy; the chief's
+  draw is sent to all): the first kernel's updates are the noise alone, of
+  sd C z / (q n) = 0.3 if noise is added once per global lot (sqrt(2) x
+  with noise per worker, 0 with none); 2880 updates, tolerance 8% (6 sd).
+  Both workers hold the same weights (with a draw per worker they would
+  differ); 96 ledger samples."""
+  chief, other = run_two_workers(flavor, f"{noise}_"
+                                 f"{_sampled_route(flavor)}")
+  assert chief["steps"] == 96 and chief["ledger_samples"] == 96
+  assert chief["deltas_std"] == pytest.approx(chief["expected_stddev"],
+                                              rel=0.08)
+  assert chief["kernel"] == other["kernel"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_run_resumes_from_a_checkpoint(flavor):
+  """3 Poisson lots over 2 workers, a checkpoint (every worker writes, the
+  chief's file counts), then new models restored from it, over the 2
+  workers and in one process (another worker count), each training 3 more
+  lots: the weights are restored exactly, and the ledger holds the 3 saved
+  samples unchanged, then the 3 new ones."""
+  for result in run_two_workers(flavor, f"resume_{_sampled_route(flavor)}"):
+    assert result["saved"] == 3
+    for where in ("workers", "one_process"):
+      assert result[f"{where}_restored_weights_error"] == 0.0
+      assert result[f"{where}_restored_samples"] == 3
+      assert result[f"{where}_samples_after"] == 6
+      assert result[f"{where}_prefix_kept"]
+
+
+@TWO_REPLICAS
+@pytest.mark.parametrize("kind", ["poisson", "fixed_users"])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_distribute_lots_on_two_local_replicas(flavor, kind):
+  """distribute_lots under MirroredStrategy (one input pipeline feeding 2
+  replicas, each its part of every batch): the custom loop equals the
+  one-process loop over the same lots."""
+  result = run_worker(flavor, f"sampled_{kind}_loop")
+  assert result["replicas"] == 2
+  assert result["error"] is None
+  assert result["max_abs_error"] < 1e-6
+  assert result["ledger"] == result["reference_ledger"]

@@ -143,7 +143,7 @@ def test_inferred_n_after_save_and_load(K, tmp_path):
   model.save(path)
   loaded = tf_dp.keras.make_private(K.models.load_model(path))
   assert loaded.optimizer.dp_config.population_size is None
-  assert not loaded.optimizer.dp_config.population_size_inferred
+  assert loaded.optimizer.dp_engine.population_size is None
   loaded.fit(x, y, batch_size=10, verbose=0)
   assert [s["population_size"] for s in _samples(loaded)] == [30] * 6
 

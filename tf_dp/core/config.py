@@ -71,9 +71,6 @@ class DPConfig:
   dp_query: Any = None
   ledger: Optional[PrivacyLedger] = None
   population_size: Optional[int] = None
-  # Always False: an inferred n lives in the engine, never here. Accepted
-  # (and cleared with population_size) for configs saved with it set.
-  population_size_inferred: bool = False
   sampling: Sampling = Sampling.SHUFFLED
   sampling_probability: Optional[float] = None
   clipping: str = "flat"
@@ -92,10 +89,6 @@ class DPConfig:
 
   def __post_init__(self):
     from tf_dp.dp_query.dp_query import DPQuery  # pylint: disable=g-import-not-at-top
-    if self.population_size_inferred:
-      # An n inferred from a fit's arrays belongs to that fit: a config
-      # rebuilt from it (a saved one) does not know n.
-      self._set(population_size=None, population_size_inferred=False)
     query_argument = self.caller.argument("dp_query")
     if self.dp_query is not None and not isinstance(self.dp_query, DPQuery):
       raise TypeError(f"{query_argument} must be a tf_dp DPQuery (e.g. "

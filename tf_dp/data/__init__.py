@@ -13,6 +13,7 @@ from tf_dp.data.datasets import load_digits
 from tf_dp.data.datasets import load_mnist
 from tf_dp.data.datasets import load_shakespeare
 from tf_dp.data.datasets import shakespeare_lines
+from tf_dp.data.distributed import distribute_lots
 from tf_dp.data.fixed_size import fixed_size_sampled_batches
 from tf_dp.data.lots import declare_sampling
 from tf_dp.data.lots import DeclaredSampling

@@ -217,7 +217,12 @@ def with_class_weights(dataset: tf.data.Dataset,
         labels, 0, size - 1)), tf.ones_like(table[0]))
     return x, y, tf.cast(weight, tf.float32) * factor
 
-  return _mark(dataset.map(fold), declared)
+  weighted = _mark(dataset.map(fold), declared)
+  recipe = lot_recipe(dataset)
+  if recipe is not None:
+    setattr(weighted, _RECIPE, dataclasses.replace(
+        recipe, maps=recipe.maps + (fold,)))
+  return weighted
 
 
 def declared_sampling(dataset: tf.data.Dataset) -> Optional["DeclaredSampling"]:
@@ -244,6 +249,56 @@ def included(draws: tf.Tensor, probability: float) -> tf.Tensor:
   return draws <= tf.constant(-2 ** 63 + count - 1, tf.int64)
 
 
+# The attribute of a sampler's dataset that holds its ``LotRecipe``.
+_RECIPE = "_tf_dp_lot_recipe"
+# The attribute of a ``distribute_lots`` result that holds its
+# ``(DeclaredSampling, batches)``.
+DISTRIBUTED_MARK = "_tf_dp_distributed_lots"
+
+
+@dataclasses.dataclass(frozen=True)
+class LotRecipe:
+  """How a sampler's dataset is rebuilt with its lots' batches in parts,
+  one part per replica of a ``tf.distribute`` strategy
+  (``tf_dp.data.distribute_lots``).
+
+  Attributes:
+    build: ``build(key, parts, first, count)``: the dataset of the lots
+      drawn from ``key`` whose batches are each cut into ``parts``
+      consecutive parts of equal size, holding parts ``first`` to
+      ``first + count - 1`` of every batch, one element per part, in
+      order.
+    key: The sampler's key (its ``seed``, or OS entropy).
+    batches: Batches of the whole dataset (lots x ``batches_per_lot``).
+    maps: Functions applied to the rebuilt dataset's elements, in order
+      (``with_class_weights``'s).
+  """
+  build: Callable[[int, int, int, int], tf.data.Dataset]
+  key: int
+  batches: int
+  maps: Tuple[Callable[..., Any], ...] = ()
+
+  def dataset(self, key: int, parts: int, first: int,
+              count: int) -> tf.data.Dataset:
+    """The parts ``first`` to ``first + count - 1`` of every batch of the
+    lots drawn from ``key`` (see ``build``), with ``maps`` applied."""
+    dataset = self.build(key, parts, first, count)
+    for fn in self.maps:
+      dataset = dataset.map(fn)
+    return dataset
+
+
+def lot_recipe(dataset: Any) -> Optional[LotRecipe]:
+  """The ``LotRecipe`` of a sampler's dataset (or one derived by
+  ``with_class_weights``), else None."""
+  return getattr(dataset, _RECIPE, None)
+
+
+def random_key() -> int:
+  """A fresh int64 sampler key from OS entropy."""
+  return int(np.frombuffer(os.urandom(8), np.int64)[0])
+
+
 def lot_dataset(
     x: Any, y: Any, num_lots: int, seed: Optional[int], batches_per_lot: int,
     choose: Callable[[tf.Tensor], Tuple[tf.Tensor, Optional[tf.Tensor]]],
@@ -252,7 +307,8 @@ def lot_dataset(
     num_draws: Optional[int] = None,
     users: Optional[Tuple[int, int]] = None) -> tf.data.Dataset:
   """``num_lots`` lots as ``batches_per_lot`` batches each, prefetched and
-  marked as drawn with ``sampling`` from the ``n`` examples (or users).
+  marked as drawn with ``sampling`` from the ``n`` examples (or users), and
+  carrying the ``LotRecipe`` that rebuilds them in parts per replica.
 
   Args:
     x, y: In-memory arrays (or nests) with ``n`` examples.
@@ -271,49 +327,83 @@ def lot_dataset(
     users: ``(number of users, max_examples_per_user)`` when the lots are
       drawn over users (the mark then says so), else None.
   """
-  key = (int(np.frombuffer(os.urandom(8), np.int64)[0]) if seed is None
-         else int(seed))
+  key = random_key() if seed is None else int(seed)
   n = len(tf.nest.flatten(x)[0])
   xs = tf.nest.map_structure(tf.constant, x)
   ys = tf.nest.map_structure(tf.constant, y)
+  unit_rows = 1 if users is None else users[1]
 
-  def sample(lot_seed):
-    draws = tf.random.stateless_uniform(
-        [num_draws or n],
-        seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]),
-        minval=None, maxval=None, dtype=tf.int64)
-    index, weight = choose(draws)
-    def split(t):
-      out = tf.reshape(t, tf.concat([[batches_per_lot, -1], tf.shape(t)[1:]],
-                                    0))
-      rows = t.shape[0]
-      out.set_shape(tf.TensorShape(
-          [batches_per_lot, None if rows is None else rows // batches_per_lot]
-      ).concatenate(t.shape[1:]))
-      return out
-    if weight is None:
-      gather = lambda t: split(tf.gather(t, index))
-    else:
+  def build(key, parts, first, count):
+    def sample(lot_seed):
+      draws = tf.random.stateless_uniform(
+          [num_draws or n],
+          seed=tf.stack([lot_seed, tf.constant(stream, tf.int64)]),
+          minval=None, maxval=None, dtype=tf.int64)
+      index, weight = choose(draws)
+      cut = lambda t: _batch_parts(t, batches_per_lot, unit_rows, parts,
+                                   first, count, sampling)
+      index = cut(index)
+      if weight is None:
+        gather = lambda t: tf.gather(t, index)
+        return (tf.nest.map_structure(gather, xs),
+                tf.nest.map_structure(gather, ys))
+      weight = cut(weight)
       # Padding rows (weight 0) hold zeros, not copies of an example: they
       # carry no one's data, whatever a later consumer sums over them.
       present = weight > 0
-      def gather(t):
+      def gather_present(t):
         rows = tf.gather(t, index)
-        mask = tf.reshape(present, [-1] + [1] * (len(rows.shape) - 1))
-        return split(tf.where(mask, rows, tf.zeros_like(rows)))
-    out = (tf.nest.map_structure(gather, xs),
-           tf.nest.map_structure(gather, ys))
-    return out if weight is None else out + (split(weight),)
+        mask = tf.reshape(present, present.shape.as_list() +
+                          [1] * (len(rows.shape) - 2))
+        return tf.where(mask, rows, tf.zeros_like(rows))
+      return (tf.nest.map_structure(gather_present, xs),
+              tf.nest.map_structure(gather_present, ys), weight)
 
-  # Fresh lot seeds on every iteration: re-iterating the dataset (e.g. one
-  # pass per Keras epoch) never repeats a sample.
-  lot_seeds = tf.data.Dataset.random(seed=key,
-                                     rerandomize_each_iteration=True)
-  dataset = lot_seeds.take(num_lots).map(sample).unbatch().prefetch(
-      tf.data.AUTOTUNE)
+    # Fresh lot seeds on every iteration: re-iterating the dataset (e.g. one
+    # pass per Keras epoch) never repeats a sample.
+    lot_seeds = tf.data.Dataset.random(seed=key,
+                                       rerandomize_each_iteration=True)
+    return lot_seeds.take(num_lots).map(sample).unbatch().prefetch(
+        tf.data.AUTOTUNE)
+
+  dataset = build(key, 1, 0, 1)
   unit, population, k = PrivacyUnit.EXAMPLE, n, None
   if users is not None:
     unit, (population, k) = PrivacyUnit.USER, users
+  setattr(dataset, _RECIPE, LotRecipe(build, key, num_lots * batches_per_lot))
   return _mark(dataset, DeclaredSampling(
       sampling, sampling_probability, population, batches_per_lot,
       None if seed is None else int(seed), unit, k))
+
+
+def _batch_parts(t: tf.Tensor, batches_per_lot: int, unit_rows: int,
+                 parts: int, first: int, count: int,
+                 sampling: Sampling) -> tf.Tensor:
+  """A lot's rows ``t`` (indices or weights, ``[rows]``) as
+  ``[batches_per_lot * count, rows of a part]``: each of the lot's
+  ``batches_per_lot`` batches cut into ``parts`` consecutive parts of whole
+  units (``unit_rows`` rows: 1 per example, k per user), of which parts
+  ``first`` to ``first + count - 1``, batch by batch.
+
+  A Poisson batch whose units do not split evenly is padded with units of
+  weight 0 (index 0, dropped by the weight); a fixed-size batch cannot be
+  (its size is what the ledger counts) and is refused.
+  """
+  rows = t.shape[0]
+  units = rows // (batches_per_lot * unit_rows)
+  out = tf.reshape(t, [batches_per_lot, units * unit_rows])
+  extra = -units % parts
+  if extra:
+    if sampling is not Sampling.POISSON:
+      noun = "examples" if unit_rows == 1 else "users"
+      raise SamplingMismatchError(
+          f"fixed-size batches of {units} {noun} cannot be cut into "
+          f"{parts} equal parts, one per replica of the tf.distribute "
+          f"strategy; their size is what the ledger records, so they are "
+          f"not padded. Draw batches of a multiple of {parts} {noun} "
+          f"(batch_size or users_per_batch).")
+    out = tf.concat([out, tf.zeros([batches_per_lot, extra * unit_rows],
+                                   t.dtype)], axis=1)
+  per_part = (units + extra) // parts * unit_rows
+  out = out[:, first * per_part:(first + count) * per_part]
+  return tf.reshape(out, [batches_per_lot * count, per_part])

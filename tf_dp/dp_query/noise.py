@@ -42,7 +42,9 @@ in one of three modes:
   narrows, but is not proven to close, the gap between a floating-point
   sampler and the real Gaussian that the accountant assumes. It runs on the
   host, so it cannot be compiled with XLA: it is refused under
-  ``jit_compile=True``, and under several workers (each would draw its own).
+  ``jit_compile=True``. Under a strategy spanning several workers, every
+  worker draws, and replica 0's draw (the chief's) is sent to all in one
+  more all-reduce of the noise's size, so the noise is added once per lot.
 """
 
 import itertools
@@ -377,19 +379,40 @@ def secure_standard_normal(count: tf.Tensor) -> tf.Tensor:
 def _refuse_unsupported_secure_context():
   if xla_context.in_xla_context():
     raise ValueError(_XLA_ERROR)
-  resolver = getattr(tf.distribute.get_strategy(), "cluster_resolver", None)
-  if resolver is not None:
-    spec = resolver.cluster_spec().as_dict()
-    if sum(len(tasks) for tasks in spec.values()) > 1:
-      raise NotImplementedError(
-          "secure_mode=True with several workers is not supported: each "
-          "worker would draw different noise. Use the default mode (its key "
-          "is shared by the strategy) or a single worker.")
+
+
+def _spans_workers(strategy: Any) -> bool:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None:
+    return False
+  spec = resolver.cluster_spec().as_dict()
+  return sum(len(tasks) for tasks in spec.values()) > 1
+
+
+def _first_replicas_draw(draw: tf.Tensor) -> tf.Tensor:
+  """Under a strategy spanning several workers, replica 0's ``draw`` on
+  every worker (one all-reduce of ``draw``'s size, where only replica 0
+  adds anything); ``draw`` itself otherwise (one host draws once)."""
+  strategy = tf.distribute.get_strategy()
+  if not _spans_workers(strategy):
+    return draw
+
+  def first_only(value):
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return tf.where(tf.equal(replica, 0), value, tf.zeros_like(value))
+
+  if tf.distribute.in_cross_replica_context():
+    per_replica = strategy.extended.call_for_each_replica(
+        first_only, args=(draw,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica,
+                           axis=None)
+  return tf.distribute.get_replica_context().all_reduce(
+      tf.distribute.ReduceOp.SUM, first_only(draw))
 
 
 def _add_secure_noise(x, stddev):
   _refuse_unsupported_secure_context()
   draw = tf.numpy_function(secure_standard_normal, [tf.size(x)], tf.float64)
-  draw = tf.reshape(draw, tf.shape(x))
+  draw = _first_replicas_draw(tf.reshape(draw, tf.shape(x)))
   noised = tf.cast(x, tf.float64) + draw * tf.cast(stddev, tf.float64)
   return tf.cast(noised, x.dtype)

@@ -28,7 +28,7 @@ from tf_dp.core import caller_api
 from tf_dp.data import lots as data_lots
 from tf_dp.data import order as data_order
 from tf_dp.errors import SamplingMismatchError
-from tf_dp.keras import fit_sampling
+from tf_dp.keras import fit_arguments
 from tf_dp.privacy_ledger import SamplingEvent
 from tf_dp.sampling import Sampling
 
@@ -57,7 +57,7 @@ def _array_order(bound: Dict[str, Any],
   lot is then all n examples, recorded with q = 1: nothing is amplified,
   whatever the order)."""
   shuffle = bound.get("shuffle", True)
-  examples = fit_sampling.training_examples(bound)
+  examples = fit_arguments.training_examples(bound)
   if examples is not None and (bound.get("batch_size") or 32) >= examples:
     return None
   if shuffle is False:
@@ -116,7 +116,7 @@ def check_order(config: config_lib.DPConfig, bound: Dict[str, Any],
 
   Args:
     config: The ``DPConfig`` of the model's ``DPOptimizer``.
-    bound: ``fit``'s arguments by name (``fit_sampling.keras_arguments``).
+    bound: ``fit``'s arguments by name (``fit_arguments.keras_arguments``).
     keras_backend: The adapter of the model's Keras flavour.
     population_size: The n the ledger will record (None if not known).
 
@@ -126,7 +126,8 @@ def check_order(config: config_lib.DPConfig, bound: Dict[str, Any],
   if config.sampling is not Sampling.SHUFFLED or (
       config.noise_strategy is not None):
     return
-  if population_size is None and fit_sampling.training_examples(bound) is None:
+  if (population_size is None
+      and fit_arguments.training_examples(bound) is None):
     return  # Not arrays and no n: fit refuses it for n first.
   reason, seed = _input_order(bound.get("x"), bound, keras_backend,
                               population_size)

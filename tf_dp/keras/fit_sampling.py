@@ -3,61 +3,25 @@
 Checked before any step: that a sampler's lots are what the ledger will
 record (``check_sampling_of_fit_input``), that shuffled lots of several
 batches stay within one pass over arrays (``check_lots_within_passes``),
-and how many examples a ``fit`` on arrays trains on (its population size).
+and that ``train_on_batch`` takes no lot of several batches
+(``check_train_on_batch_lot``).
 """
 
-import hashlib
-import inspect
 import math
 from typing import Any, Dict, Optional, Sequence, cast
 import warnings
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_dp.core import config as config_lib
-from tf_dp.core import lot_engine
+from tf_dp.data import distributed as data_distributed
 from tf_dp.data import lots as data_lots
-from tf_dp.errors import PrivacyError
 from tf_dp.errors import SamplingMismatchError
+from tf_dp.keras import fit_arguments
+from tf_dp.keras import fit_distribution
 from tf_dp.sampling import PrivacyUnit
 from tf_dp.sampling import Sampling
-
-
-def strategy_workers(model: Any) -> int:
-  """The hosts (chief and workers) ``model``'s distribution strategy spans;
-  1 without a multi-worker strategy."""
-  strategy = getattr(model, "distribute_strategy", None)
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None:
-    return 1
-  spec = resolver.cluster_spec().as_dict()
-  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
-
-
-def strategy_replicas(model: Any) -> int:
-  """The replicas in sync of ``model``'s distribution strategy (1 without
-  one)."""
-  strategy = getattr(model, "distribute_strategy", None)
-  return getattr(strategy, "num_replicas_in_sync", 1) or 1
-
-
-def keras_arguments(model: Any, method: str, args: Sequence[Any],
-                    kwargs: Dict[str, Any]) -> Dict[str, Any]:
-  """The arguments of a ``model.<method>(*args, **kwargs)`` call by name,
-  as Keras's own ``method`` reads them (a subclass may override it with
-  ``*args, **kwargs``); {} if they do not bind (Keras then raises)."""
-  keras_method = getattr(type(model), method)
-  for cls in type(model).__mro__:
-    if method in vars(cls) and cls.__module__.startswith(("keras", "tf_keras")):
-      keras_method = vars(cls)[method]
-      break
-  try:
-    return inspect.signature(keras_method).bind_partial(
-        model, *args, **kwargs).arguments
-  except TypeError:
-    return {}
 
 
 def checked_arguments(model: Any, method: str, args: Sequence[Any],
@@ -65,48 +29,13 @@ def checked_arguments(model: Any, method: str, args: Sequence[Any],
   """The arguments of ``model.<method>(*args, **kwargs)`` by name, after
   ``check_sampling_of_fit_input`` passed their ``x`` (``method``: ``"fit"``
   or ``"train_on_batch"``; ``model.optimizer`` is a DP optimizer)."""
-  bound = keras_arguments(model, method, args, kwargs)
+  bound = fit_arguments.keras_arguments(model, method, args, kwargs)
   engine = model.optimizer.dp_engine
   check_sampling_of_fit_input(engine.config, bound.get("x"),
                               engine.recorded_population_size(), call=method,
-                              workers=strategy_workers(model),
-                              replicas=strategy_replicas(model))
+                              workers=fit_distribution.strategy_workers(model),
+                              replicas=fit_distribution.strategy_replicas(model))
   return bound
-
-
-def training_examples(bound: Dict[str, Any]) -> Optional[int]:
-  """How many examples a ``fit`` call trains on, or None.
-
-  Known for arrays and tensors (and nests of them): their length, less the
-  part ``validation_split`` holds out (Keras trains on the first
-  ``floor(n * (1 - validation_split))``). None for datasets, generators and
-  anything else of unknown length.
-
-  Args:
-    bound: ``fit``'s arguments by name (``keras_arguments``).
-  """
-  x = bound.get("x")
-  leaves = tf.nest.flatten(x) if x is not None else []
-  if not leaves or isinstance(leaves[0], tf.data.Dataset):
-    return None
-  shape = getattr(leaves[0], "shape", None)
-  if shape is None or len(shape) == 0 or shape[0] is None:
-    return None
-  n = int(shape[0])
-  split = bound.get("validation_split") or 0.0
-  if split and bound.get("validation_data") is None:
-    n = int(math.floor(n * (1.0 - split)))
-  return n if n >= 1 else None
-
-
-def expected_lot_examples(bound: Dict[str, Any], examples: Optional[int],
-                          batches_per_lot: int) -> Optional[int]:
-  """The most examples a lot of ``fit``'s arrays holds (``batches_per_lot``
-  batches of ``batch_size``, Keras's default 32, within one pass over the
-  ``examples``), or None when the input is not arrays."""
-  if examples is None:
-    return None
-  return min(examples, (bound.get("batch_size") or 32) * batches_per_lot)
 
 
 def warn_if_shuffle_is_seeded(config: config_lib.DPConfig,
@@ -177,108 +106,6 @@ def check_lots_within_passes(config: config_lib.DPConfig, bound: Dict[str, Any],
         f"steps_per_epoch out.")
 
 
-# The samplers whose datasets hold the lots each declared sampling promises.
-def check_correlated_noise_fit(engine: lot_engine.LotEngine,
-                               bound: Dict[str, Any],
-                               examples: Optional[int]) -> None:
-  """With ``noise_strategy``: refuses a ``fit`` whose participation the
-  strategy does not cover, and declares its passes to the ledger.
-
-  Privacy contract: a correlated-noise run is accounted from the passes
-  and the fewest steps between two participations of one example. They
-  are known only for arrays taken in one fixed order
-  (``fit(..., shuffle=False)``, whole epochs: each example once per pass
-  at the same step of the pass, so ``steps_per_pass`` apart); anything else
-  is refused before any step, and so is a fit that would run more steps
-  than the strategy was built for or more passes than ``max_passes``.
-
-  Raises:
-    PrivacyError: naming what is not covered and the fix.
-  """
-  config = engine.config
-  strategy = config.noise_strategy
-  if strategy is None:
-    return
-  if examples is None:
-    raise PrivacyError(
-        "DPOptimizer(noise_strategy=...) trains on arrays or tensors with "
-        "fit(..., shuffle=False): the order of a dataset or generator, and "
-        "so how far apart one example's participations are, cannot be "
-        "checked. Pass arrays (shuffled once beforehand if you like).")
-  if bound.get("shuffle", True) is not False:
-    raise PrivacyError(
-        "DPOptimizer(noise_strategy=...) needs fit(..., shuffle=False): Keras "
-        "reshuffles arrays every epoch, which can put one example in two "
-        "consecutive steps, where the strategy's sensitivity does not hold. "
-        "Shuffle the arrays once before fit if you like.")
-  if bound.get("steps_per_epoch"):
-    raise PrivacyError(
-        "DPOptimizer(noise_strategy=...) runs whole passes: leave "
-        "steps_per_epoch out.")
-  batch_size = bound.get("batch_size") or 32
-  batches = -(-examples // batch_size)
-  per_lot = config.gradient_accumulation_steps
-  if batches % per_lot:
-    raise PrivacyError(
-        f"With noise_strategy, a pass of {batches} batches must hold whole "
-        f"lots of gradient_accumulation_steps={per_lot} batches.")
-  steps_per_pass = batches // per_lot
-  ledger = engine.ledger.correlated_noise
-  digest = _training_data_digest(bound, examples, batch_size * per_lot)
-  ledger.check_steps_per_pass(steps_per_pass, digest)
-  run = int(ledger.steps_run.numpy())
-  epochs = int(bound.get("epochs", 1)) - int(bound.get("initial_epoch", 0))
-  total = run + max(epochs, 0) * steps_per_pass
-  passes = -(-total // steps_per_pass)
-  if total > strategy.steps or passes > config.max_passes:
-    raise PrivacyError(
-        f"This fit would bring the correlated-noise run to {total} steps in "
-        f"{passes} passes of {steps_per_pass} steps, but the strategy was "
-        f"built for {strategy.steps} steps and max_passes="
-        f"{config.max_passes}. Build the strategy for at least {total} steps "
-        f"and DPOptimizer(..., max_passes={passes}), or train fewer epochs.")
-  if passes > 1 and steps_per_pass < strategy.bands:
-    raise PrivacyError(
-        f"A pass of {steps_per_pass} steps is shorter than the strategy's "
-        f"{strategy.bands} bands: one example's participations would share "
-        f"noise rows. Use a strategy with at most {steps_per_pass} bands, or "
-        f"smaller batches.")
-  ledger.set_steps_per_pass(steps_per_pass, digest, passes=max(epochs, 0))
-
-
-def end_correlated_noise_fit(engine: lot_engine.LotEngine) -> None:
-  """With ``noise_strategy``: ends the passes the last
-  ``check_correlated_noise_fit`` declared (call when that ``fit`` returns
-  or raises): a later step outside a ``fit`` (``train_on_batch``,
-  ``private_step``) is then recorded as outside the fixed order, and the
-  record is refused."""
-  ledger = getattr(engine.ledger, "correlated_noise", None)
-  if engine.config.noise_strategy is not None and ledger is not None:
-    ledger.end_declared_passes()
-
-
-def check_step_outside_fit(engine: lot_engine.LotEngine, call: str) -> None:
-  """Refuses (eagerly, before the step) a ``call`` step of a
-  correlated-noise run whose earlier steps were ``fit``'s fixed-order
-  passes: its examples are not a pass's, and the participation the ledger
-  records for the passes would not hold.
-
-  Raises:
-    PrivacyError: naming ``fit(..., shuffle=False)`` as the way on.
-  """
-  ledger = getattr(engine.ledger, "correlated_noise", None)
-  if (engine.config.noise_strategy is None or ledger is None
-      or not int(ledger.steps_per_pass.numpy())):
-    return
-  raise PrivacyError(
-      f"This correlated-noise run's steps so far were fit's passes over its "
-      f"arrays in one fixed order, accounted as each example taking part "
-      f"once per pass, a pass apart. A {call} step takes examples outside "
-      f"that order (an example could take part again at once), so the "
-      f"record would no longer hold. Continue with fit(..., shuffle=False) "
-      f"on the same arrays.")
-
-
 def check_train_on_batch_lot(config: config_lib.DPConfig) -> None:
   """Refuses (before the step) a ``train_on_batch`` of a model whose lots
   take several batches (``gradient_accumulation_steps`` > 1).
@@ -307,24 +134,7 @@ def check_train_on_batch_lot(config: config_lib.DPConfig) -> None:
       f"DPOptimizer.private_step in a custom loop over lots you draw.")
 
 
-def _training_data_digest(bound: Dict[str, Any], examples: int,
-                          rows_per_lot: int) -> str:
-  """SHA-256 of the first ``examples`` rows of ``fit``'s x and y, in
-  order, and of the rows per lot: a later fit of the same correlated-noise
-  run must take the same examples in the same order, cut into the same
-  lots (the step of example i in a pass is ``i // rows_per_lot``)."""
-  digest = hashlib.sha256()
-  digest.update(f"rows_per_lot{int(rows_per_lot)}".encode())
-  for part in ("x", "y", "sample_weight"):
-    for leaf in tf.nest.flatten(bound.get(part)):
-      if leaf is None:
-        continue
-      rows = np.ascontiguousarray(np.asarray(leaf)[:examples])
-      digest.update(f"{part}{rows.dtype}{rows.shape}".encode())
-      digest.update(rows.data.cast("B"))
-  return digest.hexdigest()
-
-
+# The samplers whose datasets hold the lots each declared sampling promises.
 _SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_batches",
              Sampling.POISSON: "tf_dp.data.poisson_sampled_batches"}
 _USER_SAMPLERS = {Sampling.FIXED_SIZE: "tf_dp.data.fixed_size_sampled_users",
@@ -443,10 +253,11 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
       (``DPEngine.recorded_population_size``).
     call: ``"fit"`` or ``"train_on_batch"``, for the messages.
     workers: Hosts the model's distribution strategy spans
-      (``strategy_workers``). Over several, each worker iterates its own copy
-      of a sampler's dataset and Keras shards it by batches, so a global
-      step joins batches of different draws: Poisson and fixed-size lots are
-      refused there.
+      (``strategy_workers``). Over several, Poisson and fixed-size lots
+      train only from a sampler's dataset (``fit`` redraws it on every
+      worker with ``tf_dp.data.distribute_lots``) or a
+      ``distribute_lots`` result; any other dataset would be iterated by
+      each worker on its own.
     replicas: Replicas in sync of the model's strategy
       (``strategy_replicas``). User lots must split into whole users
       across them (``_check_users_split_across_replicas``).
@@ -456,18 +267,25 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
       given and the fix.
   """
   declared = (data_lots.declared_sampling(x)
-              if isinstance(x, tf.data.Dataset) else None)
+              if isinstance(x, tf.data.Dataset) else
+              data_distributed.distributed_declaration(x))
   sampling = config.sampling
   name = config.caller.constructor  # The optimizer as the caller built it.
-  if sampling in _SAMPLERS and workers > 1:
+  redrawn = workers > 1 and (
+      data_lots.lot_recipe(x) is not None
+      or data_distributed.distributed_declaration(x) is not None)
+  if sampling in _SAMPLERS and workers > 1 and not redrawn:
     raise SamplingMismatchError(
-        f"{name}(sampling={sampling!r}) cannot train over {workers} "
-        f"workers: each worker iterates its own copy of the dataset and "
-        f"Keras shards it by batches, so a global step would join batches "
-        f"of different draws (an example could be in a lot twice) while the "
-        f"ledger records one {sampling} lot. Train {sampling} lots on one "
-        f"host (MirroredStrategy over its devices), or use "
-        f"sampling=\"shuffled\" with a dataset of global batches.")
+        f"{name}(sampling={sampling!r}) over {workers} workers trains on "
+        f"the dataset of a tf_dp.data sampler, unchanged: every worker "
+        f"redraws the same global lots from the sampler's recipe and reads "
+        f"its replicas' parts. fit was given a dataset that cannot be "
+        f"redrawn (marked with declare_sampling, or derived from a "
+        f"sampler's with .map, .prefetch, ...): each worker would iterate "
+        f"its own copy, and a global step would join parts of different "
+        f"draws while the ledger records one {sampling} lot. Pass the "
+        f"sampler's dataset (or tf_dp.data.distribute_lots(strategy, "
+        f"lots)) to fit.")
   if declared is None:
     if sampling not in _SAMPLERS:
       return
@@ -511,7 +329,8 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
         f"size), and its epsilon would not hold. Build the {name} "
         f"with {what}, or train on lots drawn as it declares.")
   _check_privacy_unit_of_lots(config, declared)
-  if config.privacy_unit is PrivacyUnit.USER and replicas > 1:
+  if config.privacy_unit is PrivacyUnit.USER and replicas > 1 and (
+      not redrawn):  # distribute_lots cuts batches into whole users.
     _check_users_split_across_replicas(config, x, replicas)
   # A Poisson mark and a Poisson configuration both hold their q.
   if sampling is Sampling.POISSON and not math.isclose(

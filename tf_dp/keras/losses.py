@@ -154,6 +154,20 @@ def per_example_loss_from(loss: Any,
   return made
 
 
+def _unreduced(loss: Any) -> Any:
+  """A copy of a Keras loss object with ``reduction="none"`` (it is
+  evaluated on one example at a time, where every reduction gives the
+  same value), so that Keras 2 accepts it inside a ``tf.distribute``
+  replica; anything else unchanged."""
+  reduction = getattr(loss, "reduction", None)
+  if reduction in (None, "none") or not hasattr(loss, "get_config"):
+    return loss
+  try:
+    return type(loss).from_config(dict(loss.get_config(), reduction="none"))
+  except (TypeError, ValueError):  # A subclass with its own constructor.
+    return loss
+
+
 # The last functions per_example_loss_from made: (loss, backend, function).
 _MADE: List[Tuple[Any, Any, Callable[..., tf.Tensor]]] = []
 
@@ -165,6 +179,7 @@ def _per_example_loss_from(loss: Any,
   if not callable(loss):
     raise ValueError(f"loss must be a Keras loss (name or object) or a "
                      f"function (y_true, y_pred) -> loss; got {loss!r}.")
+  loss = _unreduced(loss)
 
   def per_example(y_true: Any, y_pred: Any,
                   sample_weight: Any = None) -> tf.Tensor:

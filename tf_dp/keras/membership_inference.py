@@ -29,7 +29,8 @@ from tf_dp.keras import canaries as canaries_lib
 _PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
 
-def _from_logits(model, outputs, from_logits):
+def _from_logits(model: Any, outputs: np.ndarray,
+                 from_logits: Optional[bool]) -> bool:
   """Whether ``outputs`` are logits: as given, else from the last layer's
   activation, else from the values (rows of probabilities sum to 1)."""
   if from_logits is not None:

@@ -16,7 +16,7 @@ from tf_dp.core import caller_api
 from tf_dp.core import config as config_lib
 from tf_dp.errors import PrivacyError
 from tf_dp.keras import dp_step
-from tf_dp.keras import fit_sampling
+from tf_dp.keras import fit_correlated_noise
 from tf_dp.keras import losses as losses_lib
 from tf_dp.keras import optimizer_state
 from tf_dp.privacy_ledger import PrivacyLedger
@@ -141,7 +141,8 @@ class DPOptimizerMixin:
           "that mix examples and draws per-example dropout masks).")
     if tf.executing_eagerly():
       # Traced steps are refused by the correlated-noise record instead.
-      fit_sampling.check_step_outside_fit(self.dp_engine, "private_step")
+      fit_correlated_noise.check_step_outside_fit(self.dp_engine,
+                                                  "private_step")
     loss_fn = losses_lib.per_example_loss_from(loss, keras_backend)
     _, losses, _ = dp_step.private_step(model, self, loss_fn, x, y,
                                         sample_weight)

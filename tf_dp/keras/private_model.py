@@ -22,6 +22,9 @@ from tf_dp.keras import backend
 from tf_dp.keras import dp_engine
 from tf_dp.keras import dp_step
 from tf_dp.keras import first_batch
+from tf_dp.keras import fit_arguments
+from tf_dp.keras import fit_correlated_noise
+from tf_dp.keras import fit_distribution
 from tf_dp.keras import fit_order
 from tf_dp.keras import fit_sampling
 from tf_dp.keras import losses as losses_lib
@@ -82,7 +85,7 @@ def _dp_train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
   if optimizer_base.is_dp_optimizer(getattr(self, "optimizer", None)):
     fit_sampling.checked_arguments(self, "train_on_batch", args, kwargs)
     fit_sampling.check_train_on_batch_lot(self.optimizer.dp_engine.config)
-    fit_sampling.check_step_outside_fit(self.optimizer.dp_engine,
+    fit_correlated_noise.check_step_outside_fit(self.optimizer.dp_engine,
                                         "train_on_batch")
     # Keras reuses the step traced by an earlier fit, whose n (inferred
     # from that fit's arrays) is no longer known: check it here.
@@ -131,14 +134,14 @@ def _dp_fit(self, *args: Any, **kwargs: Any) -> Any:
   inferred = False
   if engine is not None:
     bound = fit_sampling.checked_arguments(self, "fit", args, kwargs)
-    examples = fit_sampling.training_examples(bound)
-    engine.expected_lot_examples = fit_sampling.expected_lot_examples(
+    examples = fit_arguments.training_examples(bound)
+    engine.expected_lot_examples = fit_arguments.expected_lot_examples(
         bound, examples, engine.config.gradient_accumulation_steps)
     fit_sampling.check_lots_within_passes(engine.config, bound, examples)
     fit_sampling.warn_if_shuffle_is_seeded(engine.config, bound, examples)
     fit_order.check_order(engine.config, bound, backend.for_object(self),
                           engine.config.population_size)
-    fit_sampling.check_correlated_noise_fit(engine, bound, examples)
+    fit_correlated_noise.check_correlated_noise_fit(engine, bound, examples)
     if getattr(self, "jit_compile", False) is True:
       warnings.warn(JIT_COMPILE_WARNING, stacklevel=2)
     if examples is not None:
@@ -158,12 +161,14 @@ def _dp_fit(self, *args: Any, **kwargs: Any) -> Any:
         optimizer.ensure_built(self.trainable_variables, self)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
+    if engine is not None:
+      args, kwargs = fit_distribution.redrawn_per_worker(self, args, kwargs)
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)
   finally:
     if inferred:  # That n was this fit's only.
       engine.forget_inferred_population_size()
     if engine is not None:  # Its passes end with it.
-      fit_sampling.end_correlated_noise_fit(engine)
+      fit_correlated_noise.end_correlated_noise_fit(engine)
 
 
 def make_private(model: Any) -> Any:
