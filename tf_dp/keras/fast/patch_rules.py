@@ -46,11 +46,10 @@ _CONV = conv_rules.ConvRule()
 class PatchEmbeddingState:
   """Per record, the gradients of the trained parts (None: not trained):
   the class token's ``[R, 1, 1, D]``, the position table's ``[R, V, D]``,
-  and the patch convolution's state (its layer, and ``ConvRule``'s)."""
+  and the patch convolution's (``ConvRule``'s state)."""
   token: Optional[tf.Tensor]
   table: Optional[tf.Tensor]
-  conv_layer: Any = None
-  conv: Optional[linear.RuleState] = None
+  conv: Optional[linear.LinearState] = None
 
 
 class ViTPatchingAndEmbeddingRule:
@@ -125,7 +124,7 @@ class ViTPatchingAndEmbeddingRule:
               tf.shape(x)[2] // conv.kernel_size[1]]
     conv_grad = tf.reshape(g[:, start:], [tf.shape(g)[0], grid[0],
                                           grid[1], g.shape[-1]])
-    return PatchEmbeddingState(token, table_grads, conv, _CONV.prepare(
+    return PatchEmbeddingState(token, table_grads, _CONV.prepare(
         conv, taps_lib.Tap(conv, (x,), {}, None), conv_grad, records))
 
   def sq_norms(self, state: PatchEmbeddingState) -> List[tf.Tensor]:
@@ -147,7 +146,7 @@ class ViTPatchingAndEmbeddingRule:
     if state.token is not None:
       out.append(materialised(state.token, scales.pop(0)))
     if state.conv is not None:
-      parts = len(_CONV.variables(state.conv_layer))
+      parts = len(_CONV.variables(state.conv.layer))
       out.extend(_CONV.clipped_sums(state.conv, scales[:parts], keep))
       scales = scales[parts:]
     if state.table is not None:
