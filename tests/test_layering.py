@@ -87,21 +87,30 @@ def imported_modules(module, path, modules):
     yield from (t for t in targets if t == "tf_dp" or t.startswith("tf_dp."))
 
 
-def upward_imports(root):
-  """``[(module, imported, why)]`` for every import that breaks LAYERS."""
+def _upward(root, in_scope, layer_of_module, layers, listing):
+  """``[(module, imported, why)]`` for every import between modules
+  ``in_scope`` that goes up ``layers`` (``layer_of_module`` gives a
+  module's index), and every module in no layer (add it to ``listing``)."""
   modules = module_names(root)
   found = []
   for module, path in sorted(modules.items()):
-    own = layer_of(module)
+    if not in_scope(module):
+      continue
+    own = layer_of_module(module)
     if own is None:
-      found.append((module, None, "is in no layer: add it to LAYERS"))
+      found.append((module, None, f"is in no layer: add it to {listing}"))
       continue
     for target in imported_modules(module, path, modules):
-      layer = layer_of(target)
+      layer = layer_of_module(target) if in_scope(target) else None
       if layer is not None and layer > own:
-        found.append((module, target, f"{LAYERS[own][0]} imports "
-                                      f"{LAYERS[layer][0]}"))
+        found.append((module, target, f"{layers[own][0]} imports "
+                                      f"{layers[layer][0]}"))
   return found
+
+
+def upward_imports(root):
+  """``[(module, imported, why)]`` for every import that breaks LAYERS."""
+  return _upward(root, lambda module: True, layer_of, LAYERS, "LAYERS")
 
 
 def test_tf_dp_imports_only_downwards():
@@ -120,23 +129,8 @@ def keras_layer_of(module):
 def upward_keras_imports(root):
   """``[(module, imported, why)]`` for every import inside tf_dp.keras that
   breaks KERAS_LAYERS."""
-  modules = module_names(root)
-  found = []
-  for module, path in sorted(modules.items()):
-    if module != KERAS and not module.startswith(KERAS + "."):
-      continue
-    own = keras_layer_of(module)
-    if own is None:
-      found.append((module, None, "is in no layer: add it to KERAS_LAYERS"))
-      continue
-    for target in imported_modules(module, path, modules):
-      if target != KERAS and not target.startswith(KERAS + "."):
-        continue
-      layer = keras_layer_of(target)
-      if layer is not None and layer > own:
-        found.append((module, target, f"{KERAS_LAYERS[own][0]} imports "
-                                      f"{KERAS_LAYERS[layer][0]}"))
-  return found
+  in_keras = lambda module: module == KERAS or module.startswith(KERAS + ".")
+  return _upward(root, in_keras, keras_layer_of, KERAS_LAYERS, "KERAS_LAYERS")
 
 
 def test_tf_dp_keras_imports_only_downwards():
