@@ -174,10 +174,12 @@ def sampled_lots(kind):
   return lots, dict(dp, gradient_accumulation_steps=2)
 
 
-def train_on_lots(kind, route, scope):
+def train_on_lots(kind, route, scope, one_pass=0):
   """Weights and ledger after training on ``sampled_lots(kind)`` under
   ``scope`` (a strategy), by ``fit`` or by a custom loop around
-  ``private_step`` (over ``distribute_lots`` under a strategy)."""
+  ``private_step`` (over ``distribute_lots`` under a strategy); a
+  one-process loop trains on the sampler's pass ``one_pass`` (0: its
+  first iteration)."""
   import warnings  # pylint: disable=g-import-not-at-top
   lots, dp = sampled_lots(kind)
   with scope.scope():
@@ -195,6 +197,8 @@ def train_on_lots(kind, route, scope):
       step = tf.function(lambda x, y, w=None: optimizer.private_step(
           model, loss, x, y, sample_weight=w))
       if scope is tf.distribute.get_strategy():
+        for _ in range(one_pass):
+          list(lots)  # An earlier pass: each iteration draws fresh lots.
         for batch in lots:
           step(*batch)
       else:
@@ -207,12 +211,12 @@ def train_on_lots(kind, route, scope):
 
 
 def run_sampled(kind, route):
-  """A multi-worker run on sampled lots (by ``route``) against the
-  one-process custom loop over the sampler's first pass of lots (noise 0):
-  the same global lots. (A one-process ``fit`` of a fixed-seed sampler may
-  read another pass: Keras 2 may iterate a dataset before training.)"""
-  reference, reference_ledger = train_on_lots(kind, "loop",
-                                              tf.distribute.get_strategy())
+  """A multi-worker run on sampled lots (by ``route``) against one-process
+  custom loops over the sampler's passes (noise 0): the run must equal
+  the loop over one pass, the same global lots. A custom loop over
+  ``distribute_lots`` reads the first pass; ``fit`` may read a later one
+  (Keras may iterate a dataset before training, as Keras 3 does to build
+  the model under a strategy: each iteration draws fresh lots)."""
   out = {}
   try:
     got, ledger = train_on_lots(kind, route, strategy)
@@ -220,10 +224,18 @@ def run_sampled(kind, route):
   except Exception as e:  # pylint: disable=broad-except
     out["error"] = f"{type(e).__name__}: {e}"[:3000]
     return out
-  out["max_abs_error"] = float(max(np.max(np.abs(a - b))
-                                   for a, b in zip(reference, got)))
+  errors = []
+  for one_pass in range(3):
+    reference, reference_ledger = train_on_lots(
+        kind, "loop", tf.distribute.get_strategy(), one_pass)
+    errors.append(float(max(np.max(np.abs(a - b))
+                            for a, b in zip(reference, got))))
+    if errors[-1] < 1e-6:
+      break
+  out["max_abs_error"] = errors[-1]
+  out["pass"] = len(errors) - 1
   out["moved"] = float(max(np.max(np.abs(a - b)) for a, b in zip(
-      reference, train_initial_weights())))
+      got, train_initial_weights())))
   out["ledger"] = ledger
   out["reference_ledger"] = reference_ledger
   out["kernel"] = got[0].ravel().tolist()

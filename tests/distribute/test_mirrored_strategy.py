@@ -68,23 +68,22 @@ def _free_ports(count):
 
 
 # The multi-worker cases of a flavour share one pair of worker processes;
-# the refusal comes last. Keras 3's own fit cannot train under
-# MultiWorkerMirroredStrategy on TF 2.21 (its first batch is reduced
-# across workers eagerly, and so are its scalar logs; a plain model fails
-# too): its route is a custom loop around private_step.
+# the refusal comes last. Both flavours train by fit and by a custom loop
+# around private_step (Keras 3's own fit needs tf_dp's adapter under
+# MultiWorkerMirroredStrategy on TF 2.21: it reduces its first batch and
+# its scalar logs across workers in ways the strategy refuses).
 SAMPLED_KINDS = ("poisson", "fixed", "poisson_users", "fixed_users")
-MULTI_WORKER_MODES = {
-    "keras2": ",".join(["exact", "noise", "shared_key"]
-                       + [f"sampled_{k}_fit" for k in SAMPLED_KINDS]
-                       + ["sampled_poisson_loop", "sampled_noise_fit",
-                          "secure_noise_fit", "resume_fit", "poisson"]),
-    "keras3": ",".join(["shared_key"]
-                       + [f"sampled_{k}_loop" for k in SAMPLED_KINDS]
-                       + ["sampled_noise_loop", "secure_noise_loop",
-                          "resume_loop"]),
-}
-
-
+# (kind, route) pairs: fit on every kind; the loop on one kind of each
+# unit (the parts a loop reads are the same distribute_lots output).
+SAMPLED_RUNS = ([(k, "fit") for k in SAMPLED_KINDS]
+                + [("poisson", "loop"), ("fixed_users", "loop")])
+# Noise once per lot: the default noise by fit, secure mode by a loop.
+NOISE_RUNS = (("sampled_noise", "fit"), ("secure_noise", "loop"))
+_MODES = (["exact", "noise", "shared_key"]
+          + [f"sampled_{k}_{r}" for k, r in SAMPLED_RUNS]
+          + [f"{n}_{r}" for n, r in NOISE_RUNS]
+          + ["resume_fit", "poisson"])
+MULTI_WORKER_MODES = ",".join(_MODES)
 @functools.lru_cache(maxsize=None)
 def _two_worker_results(flavor, modes):
   ports = [str(p) for p in _free_ports(2)]
@@ -102,7 +101,7 @@ def _two_worker_results(flavor, modes):
 
 def run_two_workers(flavor, mode):
   return [worker[mode] for worker in _two_worker_results(
-      flavor, MULTI_WORKER_MODES[flavor])]
+      flavor, MULTI_WORKER_MODES)]
 
 
 @TWO_REPLICAS
@@ -232,15 +231,8 @@ def test_mirrored_correlated_noise_is_added_once_per_step(flavor):
   assert result["default"] > 0
   assert result["strategy"] == pytest.approx(result["default"], rel=0.15)
 
-# Keras 3's own fit cannot train under MultiWorkerMirroredStrategy on TF 2.21
-# (a plain, non-private model fails converting a PerReplica batch), so
-# multi-worker DP training is tested with Keras 2 (tf-keras, or tf.keras on
-# TF 2.15).
-MULTI_WORKER_FLAVORS = [f for f in FLAVORS if f == "keras2"]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_multi_worker_step_equals_per_example_loop(flavor):
   for result in run_two_workers(flavor, "exact"):
     assert result["replicas"] == 2
@@ -248,7 +240,7 @@ def test_multi_worker_step_equals_per_example_loop(flavor):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_multi_worker_noise_once_per_global_batch(flavor):
   chief, other = run_two_workers(flavor, "noise")
   deltas = np.array(chief["deltas"])
@@ -258,7 +250,7 @@ def test_multi_worker_noise_once_per_global_batch(flavor):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_multi_worker_refuses_lots_it_cannot_redraw(flavor):
   """Poisson lots marked with declare_sampling: each worker would iterate
   its own copy, and a global step would join parts of different draws.
@@ -281,45 +273,37 @@ def test_multi_worker_lots_are_drawn_from_the_chiefs_key(flavor):
   assert chief["shared"] == other["shared"] == chief["own"]
 
 
-def _sampled_route(flavor):
-  return "fit" if flavor == "keras2" else "loop"
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", SAMPLED_KINDS)
+@pytest.mark.parametrize("kind,route", SAMPLED_RUNS)
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_multi_worker_sampled_lots_equal_the_one_process_run(flavor, kind):
+def test_multi_worker_sampled_lots_equal_the_one_process_run(flavor, kind,
+                                                             route):
   """Poisson, fixed-size, Poisson-user and fixed-size-user lots (fixed
   seed, 3 lots of 2 batches, gradient accumulation) over 2 workers, by
-  fit on Keras 2 and by a custom loop around private_step over
-  distribute_lots on Keras 3: the weights equal the one-process custom
-  loop's over the same lots (noise 0, clip 0.05 binds; float32 rounding of
-  a sum split in two), on both workers, and the ledger holds the same 3
-  samples (n and q of the whole population)."""
-  for result in run_two_workers(flavor, f"sampled_{kind}_"
-                                f"{_sampled_route(flavor)}"):
+  fit and by a custom loop around private_step over distribute_lots: the
+  weights equal the one-process custom loop's over one pass of the
+  sampler's lots (noise 0, clip 0.05 binds; float32 rounding of a sum
+  split in two): the first pass for the loop, the first or a later one
+  for fit (Keras may iterate a dataset before training; each iteration
+  draws fresh lots). The same on both workers, and the ledger holds the
+  same 3 samples (n and q of the whole population)."""
+  for result in run_two_workers(flavor, f"sampled_{kind}_{route}"):
     assert result["error"] is None
+    if route == "loop":
+      assert result["pass"] == 0
     assert result["moved"] > 1e-3
     assert result["max_abs_error"] < 1e-6
     assert len(result["ledger"]) == 3
     assert result["ledger"] == result["reference_ledger"]
-  chief, other = run_two_workers(flavor, f"sampled_{kind}_"
-                                 f"{_sampled_route(flavor)}")
+  chief, other = run_two_workers(flavor, f"sampled_{kind}_{route}")
   assert chief["kernel"] == other["kernel"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flavor", MULTI_WORKER_FLAVORS)
-def test_multi_worker_custom_loop_on_keras2(flavor):
-  for result in run_two_workers(flavor, "sampled_poisson_loop"):
-    assert result["error"] is None
-    assert result["max_abs_error"] < 1e-6
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("noise", ["sampled_noise", "secure_noise"])
+@pytest.mark.parametrize("noise,route", NOISE_RUNS)
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise):
+def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise,
+                                                        route):
   """96 Poisson lots of zero inputs over 2 workers, default noise and
   secure_mode (every worker draws from its own OS entropy; the chief's
   draw is sent to all): the first kernel's updates are the noise alone, of
@@ -327,8 +311,7 @@ def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise):
   with noise per worker, 0 with none); 2880 updates, tolerance 8% (6 sd).
   Both workers hold the same weights (with a draw per worker they would
   differ); 96 ledger samples."""
-  chief, other = run_two_workers(flavor, f"{noise}_"
-                                 f"{_sampled_route(flavor)}")
+  chief, other = run_two_workers(flavor, f"{noise}_{route}")
   assert chief["steps"] == 96 and chief["ledger_samples"] == 96
   assert chief["deltas_std"] == pytest.approx(chief["expected_stddev"],
                                               rel=0.08)
@@ -338,12 +321,12 @@ def test_multi_worker_poisson_noise_once_per_global_lot(flavor, noise):
 @pytest.mark.slow
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_multi_worker_run_resumes_from_a_checkpoint(flavor):
-  """3 Poisson lots over 2 workers, a checkpoint (every worker writes, the
-  chief's file counts), then new models restored from it, over the 2
-  workers and in one process (another worker count), each training 3 more
-  lots: the weights are restored exactly, and the ledger holds the 3 saved
-  samples unchanged, then the 3 new ones."""
-  for result in run_two_workers(flavor, f"resume_{_sampled_route(flavor)}"):
+  """3 Poisson lots over 2 workers by fit, a checkpoint (every worker
+  writes, the chief's file counts), then new models restored from it,
+  over the 2 workers and in one process (another worker count), each
+  training 3 more lots: the weights are restored exactly, and the ledger
+  holds the 3 saved samples unchanged, then the 3 new ones."""
+  for result in run_two_workers(flavor, "resume_fit"):
     assert result["saved"] == 3
     for where in ("workers", "one_process"):
       assert result[f"{where}_restored_weights_error"] == 0.0

@@ -58,9 +58,12 @@ def _dp_train_step(self, data: Any) -> Dict[str, Any]:
   # The loss Keras reports, with ``penalty`` standing for ``model.losses``
   # when the model adds losses.
   keras_backend.reported_loss(self, x, y, y_pred, sample_weight, penalty)
-  logs = self.compute_metrics(x, y, y_pred, sample_weight)
-  return dict(logs, **{f"dp_{name}": variable.read_value() for name, variable
-                       in optimizer.dp_engine.dp_metrics.items()})
+  logs = dict(self.compute_metrics(x, y, y_pred, sample_weight),
+              **{f"dp_{name}": variable.read_value() for name, variable
+                 in optimizer.dp_engine.dp_metrics.items()})
+  if fit_distribution.strategy_workers(self) > 1:
+    logs = keras_backend.logs_across_workers(logs)
+  return logs
 
 
 def _drawn_rows(optimizer: Any, x: Any, y: Any, y_pred: Any,
@@ -161,6 +164,8 @@ def _dp_fit(self, *args: Any, **kwargs: Any) -> Any:
         optimizer.ensure_built(self.trainable_variables, self)
     callbacks = callbacks_lib.with_tf_dp_callbacks(kwargs.pop("callbacks",
                                                              None))
+    if fit_distribution.strategy_workers(self) > 1:
+      backend.for_object(self).prepare_fit_across_workers(self)
     if engine is not None:
       args, kwargs = fit_distribution.redrawn_per_worker(self, args, kwargs)
     return type(self).fit(self, *args, callbacks=callbacks, **kwargs)

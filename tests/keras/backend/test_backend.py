@@ -23,7 +23,9 @@ INTERFACE = {
     "get_optimizer", "loss_container", "build_loss_container",
     "batch_of_one_loss", "output_mask", "set_output_mask",
     "added_loss_terms", "weight_regularization_terms", "reported_loss",
-    "CallbackHooks", "clone_model", "group_normalization", "SHUFFLE_BATCH_KEEPS_BATCH_ORDER",
+    "CallbackHooks", "clone_model", "group_normalization",
+    "SHUFFLE_BATCH_KEEPS_BATCH_ORDER", "prepare_fit_across_workers",
+    "logs_across_workers",
 }
 
 

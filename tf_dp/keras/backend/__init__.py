@@ -50,6 +50,10 @@ The adapter interface (module-level names of ``keras3`` and ``keras2``)::
   reported_loss(model, x, y, y_pred, sample_weight, penalty)
                                 the step's reported loss, tracked
   CallbackHooks                 a callback's private hooks for the flavour
+  prepare_fit_across_workers(model)  lets fit train under a strategy that
+                                spans several workers
+  logs_across_workers(logs)     a train step's logs as fit reduces them
+                                across workers
 """
 
 import types

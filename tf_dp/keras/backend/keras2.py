@@ -245,3 +245,15 @@ class CallbackHooks:
 
   def _implements_predict_batch_hooks(self) -> bool:
     return False
+
+
+def prepare_fit_across_workers(model: typing.Any) -> None:
+  """Nothing: Keras 2's ``fit`` trains under a strategy that spans several
+  workers as it is."""
+  del model
+
+
+def logs_across_workers(logs: typing.Dict[str, typing.Any]
+                        ) -> typing.Dict[str, typing.Any]:
+  """``logs`` unchanged: Keras 2 reduces scalar logs across workers."""
+  return logs

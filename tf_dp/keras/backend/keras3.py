@@ -7,6 +7,7 @@ first use, so importing this module never needs Keras 3 installed.
 """
 
 import sys
+import types
 import typing
 
 import tensorflow as tf
@@ -376,3 +377,34 @@ def get_optimizer(identifier: typing.Any) -> typing.Any:
 class CallbackHooks:
   """What Keras 3's ``CallbackList`` asks of a callback beyond the public
   interface (``set_model``, ``set_params``, ``on_*``): nothing."""
+
+
+def prepare_fit_across_workers(model: typing.Any) -> None:
+  """Lets Keras 3's ``fit`` train ``model`` under a strategy that spans
+  several workers (``MultiWorkerMirroredStrategy``, TF 2.21): before its
+  first step, ``fit`` builds the model's metrics and optimizer on a batch
+  it reduces across the workers eagerly, which that strategy refuses
+  (converting a per-replica value to a tensor). The model is built on this
+  worker's first replica's part instead; nothing else changes."""
+
+  def symbolic_build(self: typing.Any, iterator: typing.Any = None,
+                     data_batch: typing.Any = None) -> None:
+    if iterator is not None:
+      for _, _, batches in iterator:
+        data_batch = tf.nest.map_structure(
+            lambda v: (self.distribute_strategy.experimental_local_results(
+                v)[0] if isinstance(v, tf.distribute.DistributedValues)
+                       else v), next(batches))
+        break
+    with self.distribute_strategy.scope():
+      self._symbolic_build(data_batch=data_batch)
+
+  model._maybe_symbolic_build = types.MethodType(symbolic_build, model)
+
+
+def logs_across_workers(logs: typing.Dict[str, typing.Any]
+                        ) -> typing.Dict[str, typing.Any]:
+  """A train step's logs as Keras 3's ``fit`` can reduce them under a
+  strategy that spans several workers: it takes the mean of each over
+  axis 0 across the replicas, so each scalar becomes a vector of one."""
+  return {name: tf.reshape(value, [1]) for name, value in logs.items()}
