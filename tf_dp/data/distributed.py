@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tf_dp.analysis import checks
 from tf_dp.data import lots
+from tf_dp.dp_query import strategy_context
 from tf_dp.errors import SamplingMismatchError
 
 # The key is broadcast as 16-bit words, each exact in float32 (what every
@@ -35,7 +36,8 @@ def shared_key(strategy: tf.distribute.Strategy, key: int) -> int:
     strategy: The strategy whose replicas will read the lots.
     key: This process's key (an int64).
   """
-  if strategy.num_replicas_in_sync == 1 and not _spans_workers(strategy):
+  if (strategy.num_replicas_in_sync == 1
+      and strategy_context.strategy_workers(strategy) == 1):
     return int(key)
   unsigned = int(key) % 2 ** 64
   words = np.array([(unsigned >> (16 * i)) & 0xFFFF for i in range(_WORDS)],
@@ -51,14 +53,6 @@ def shared_key(strategy: tf.distribute.Strategy, key: int) -> int:
   summed = [int(round(float(w))) for w in np.asarray(total)]
   value = sum(w << (16 * i) for i, w in enumerate(summed))
   return value - 2 ** 64 if value >= 2 ** 63 else value
-
-
-def _spans_workers(strategy: tf.distribute.Strategy) -> bool:
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None:
-    return False
-  spec = resolver.cluster_spec().as_dict()
-  return sum(len(spec.get(job, ())) for job in ("chief", "worker")) > 1
 
 
 def distribute_lots(strategy: tf.distribute.Strategy,

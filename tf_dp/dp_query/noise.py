@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.dp_query import eager_variables
+from tf_dp.dp_query import strategy_context
 from tf_dp.dp_query import xla_context
 from tf_dp.dp_query.dp_query import Nest
 
@@ -381,20 +382,12 @@ def _refuse_unsupported_secure_context():
     raise ValueError(_XLA_ERROR)
 
 
-def _spans_workers(strategy: Any) -> bool:
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None:
-    return False
-  spec = resolver.cluster_spec().as_dict()
-  return sum(len(tasks) for tasks in spec.values()) > 1
-
-
 def _first_replicas_draw(draw: tf.Tensor) -> tf.Tensor:
   """Under a strategy spanning several workers, replica 0's ``draw`` on
   every worker (one all-reduce of ``draw``'s size, where only replica 0
   adds anything); ``draw`` itself otherwise (one host draws once)."""
   strategy = tf.distribute.get_strategy()
-  if not _spans_workers(strategy):
+  if strategy_context.strategy_workers(strategy) == 1:
     return draw
 
   def first_only(value):

@@ -5,17 +5,14 @@ from typing import Any, Dict, Tuple
 
 from tf_dp.data import distributed as data_distributed
 from tf_dp.data import lots as data_lots
+from tf_dp.dp_query import strategy_context
 
 
 def strategy_workers(model: Any) -> int:
   """The hosts (chief and workers) ``model``'s distribution strategy spans;
   1 without a multi-worker strategy."""
-  strategy = getattr(model, "distribute_strategy", None)
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None:
-    return 1
-  spec = resolver.cluster_spec().as_dict()
-  return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
+  return strategy_context.strategy_workers(
+      getattr(model, "distribute_strategy", None))
 
 
 def strategy_replicas(model: Any) -> int:
