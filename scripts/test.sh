@@ -17,7 +17,7 @@
 # TF_DP_STACKS="tf221" to test one stack only (it then
 # runs its share only, unless TF_DP_FULL_MATRIX=1). After each stack's tests
 # it prints the files that took longest (TF_DP_TEST_TIMES, tests/conftest.py).
-# Each stack also type-checks the typed packages with mypy (mypy.ini).
+# Each stack also type-checks all of tf_dp with mypy (mypy.ini).
 # Then, if Bazel is installed (Debian's bazel-bootstrap), builds every BUILD
 # target and runs a fast subset under Bazel (scripts/bazel_check.sh);
 # TF_DP_BAZEL=require fails when Bazel is missing, TF_DP_BAZEL=skip skips it.
@@ -79,7 +79,7 @@ for stack in "${stacks[@]}"; do
   fi
   echo "=== stack $stack: pytest exit code $rc"
   [ $rc -eq 0 ] || status=1
-  echo "=== stack $stack: mypy (mypy.ini: the typed packages)"
+  echo "=== stack $stack: mypy (mypy.ini: all of tf_dp)"
   if "$py" -m mypy; then
     echo "=== stack $stack: mypy passed"
   else

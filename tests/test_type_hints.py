@@ -4,12 +4,14 @@ hint for each argument and its return value; so are the names the Keras
 front end exports (``tf_dp/keras/__init__.py``), and at least
 ``KERAS_ANNOTATED_SHARE`` of all the functions of ``tf_dp/keras`` (nested
 ones included). ``mypy`` (``mypy.ini``, run by ``scripts/test.sh``) checks
-that the hints hold.
+that the hints hold, and the bodies of unannotated functions too, in every
+package of tf_dp.
 
 ``python tests/test_type_hints.py`` prints the annotated share of
 ``tf_dp/keras``, per folder."""
 
 import ast
+import configparser
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -134,6 +136,38 @@ def test_a_missing_hint_on_an_exported_name_is_found(tmp_path):
   assert unannotated(tmp_path) == [
       ("tf_dp/keras/m.py", "f", ["x", "return"]),
       ("tf_dp/keras/m.py", "C.__new__", ["return"])]
+
+
+def mypy_unchecked(root):
+  """The modules of ``root/tf_dp`` that ``mypy.ini`` does not check, and
+  its sections that check less than ``[mypy]``."""
+  config = configparser.ConfigParser()
+  config.read(root / "mypy.ini")
+  files = [f.strip().rstrip("/") for f in config["mypy"]["files"].split(",")]
+  modules = [str(p.relative_to(root)) for p in (root / "tf_dp").rglob("*.py")]
+  missing = sorted(m for m in modules if not any(
+      m == f or m.startswith(f + "/") for f in files))
+  weaker = sorted(
+      name for name in config.sections() if name.startswith("mypy-") and (
+          config[name].get("check_untyped_defs", "True") != "True"
+          or config[name].get("ignore_errors", "False") != "False"))
+  return missing, weaker
+
+
+def test_mypy_checks_every_package_of_tf_dp():
+  assert mypy_unchecked(ROOT) == ([], [])
+
+
+def test_a_package_left_out_of_mypy_is_found(tmp_path):
+  for package in ("tf_dp", "tf_dp/core", "tf_dp/core/inner", "tf_dp/cli"):
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+  (tmp_path / "tf_dp" / "errors.py").write_text("")
+  (tmp_path / "mypy.ini").write_text(
+      "[mypy]\nfiles = tf_dp/__init__.py, tf_dp/core\n"
+      "[mypy-tf_dp.core.inner]\ncheck_untyped_defs = False\n")
+  assert mypy_unchecked(tmp_path) == (
+      ["tf_dp/cli/__init__.py", "tf_dp/errors.py"], ["mypy-tf_dp.core.inner"])
 
 
 def test_keras_front_end_is_annotated():

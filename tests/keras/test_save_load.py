@@ -360,7 +360,8 @@ def test_saved_files_name_the_classes_by_their_homes(K, tmp_path):
         "optimizer"]
   suffix = "3" if _is_keras3(K) else "2"
   assert saved["registered_name"] == f"tf_dp>DPOptimizerKeras{suffix}"
-  assert saved["module"] == f"tf_dp.keras.backend.keras{suffix}_optimizer"
+  assert saved["module"] == (
+      f"tf_dp.keras.flavor_classes.keras{suffix}_optimizer")
   if _is_keras3(K):
     return  # Keras 3 finds classes by their registered name only.
   assert _load_in_a_fresh_process(K, path, "import tf_dp")[0] == (

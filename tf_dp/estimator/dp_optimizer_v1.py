@@ -28,6 +28,8 @@ After training, ``tf_dp.estimator.ledger_from_checkpoint(model_dir)`` reads
 the ledger, which lives in named variables saved in the checkpoint.
 """
 
+from typing import Any, Dict
+
 import tensorflow as tf
 
 from tf_dp.core import caller_api
@@ -40,7 +42,7 @@ from tf_dp.sampling import Sampling
 
 LEDGER_NAME = "tf_dp_privacy_ledger"
 
-_v1 = tf.compat.v1
+_v1: Any = tf.compat.v1
 
 
 def _refuse_several_replicas():
@@ -234,7 +236,7 @@ class DPAdagradOptimizer(_DPMixin, _v1.train.AdagradOptimizer):
   """DP ``tf.compat.v1.train.AdagradOptimizer`` (see DPGradientDescentOptimizer)."""
 
 
-_CLASSES = {}
+_CLASSES: Dict[type, type] = {}
 
 
 def dp_optimizer_class(optimizer_class):

@@ -41,6 +41,8 @@ update depends on the check), with a message naming the cause and the fix.
 Tensors whose first dimension is not the batch's are not checked.
 """
 
+from typing import Any, Dict, List
+
 import tensorflow as tf
 
 # Ops whose outputs are the input pipeline's data.
@@ -92,8 +94,8 @@ def data_tensors(loss):
 
 def _data_tensors(loss, constants):
   batch = loss.shape[0] if loss.shape.rank else None
-  dependent = {}
-  order = []
+  dependent: Dict[Any, bool] = {}
+  order: List[Any] = []
   stack = [(loss.op, False)]
   while stack:
     op, expanded = stack.pop()
@@ -108,7 +110,7 @@ def _data_tensors(loss, constants):
     dependent[op] = _is_source(op, batch, constants) or any(
         dependent.get(t.op, False) for t in op.inputs)
     order.append(op)
-  frontier = []
+  frontier: List[Any] = []
   for op in order:
     if not dependent[op]:
       continue

@@ -7,7 +7,7 @@ the module a file records), so ``load_model`` finds them in a fresh
 process.
 """
 
-from tf_dp.keras.backend import dp_classes as _dp_classes
+from tf_dp.keras import flavor_classes as _flavor_classes
 from tf_dp.keras.callbacks import PrivacyBudget
 from tf_dp.keras.canaries import with_dirac_canaries
 from tf_dp.keras.fast.clipped_sum import clipping_plan
@@ -23,5 +23,5 @@ from tf_dp.keras.privacy_check import check_privacy
 from tf_dp.keras.private_model import is_private
 from tf_dp.keras.private_model import make_private
 
-_dp_classes.register_saved_classes()
+_flavor_classes.register_saved_classes()
 

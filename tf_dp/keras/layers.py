@@ -8,6 +8,6 @@ are registered as ``"tf_dp>DPBatchNormalization"``.
 """
 
 from tf_dp.keras import backend
-from tf_dp.keras.backend import dp_classes
+from tf_dp.keras import flavor_classes
 
-DPBatchNormalization = dp_classes.dp_batch_norm_class(backend.default())
+DPBatchNormalization = flavor_classes.dp_batch_norm_class(backend.default())

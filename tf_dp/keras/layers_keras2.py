@@ -7,7 +7,7 @@ record this module for the Keras 2 class.
 """
 
 from tf_dp.keras import backend
-from tf_dp.keras.backend import dp_classes
+from tf_dp.keras import flavor_classes
 
-DPBatchNormalization = dp_classes.dp_batch_norm_class(
+DPBatchNormalization = flavor_classes.dp_batch_norm_class(
     backend.for_flavor("keras2"))

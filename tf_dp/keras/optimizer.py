@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 from tf_dp.core import config as config_lib
 from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.keras import backend
-from tf_dp.keras.backend import dp_classes
+from tf_dp.keras import flavor_classes
 from tf_dp.keras.optimizer_base import DPOptimizerMixin
 from tf_dp.keras.optimizer_base import is_dp_optimizer
 from tf_dp.privacy_ledger import PrivacyLedger
@@ -199,5 +199,5 @@ def from_dp_config(optimizer: Any, config: config_lib.DPConfig,
 
   Privacy contract: that of ``DPOptimizer`` with ``config``'s arguments.
   """
-  dp_class = dp_classes.dp_optimizer_class(backend.for_object(optimizer))
+  dp_class = flavor_classes.dp_optimizer_class(backend.for_object(optimizer))
   return dp_class(optimizer, config, name=name)

@@ -1,7 +1,7 @@
 """What the Keras 3 and Keras 2 DP optimizers share: the mixin that
 delegates to the wrapped optimizer, builds the DP state with the model, runs
 the custom-loop step, and saves the ledger with the model. The classes
-themselves are in ``tf_dp.keras.backend`` (``keras3_optimizer``,
+themselves are in ``tf_dp.keras.flavor_classes`` (``keras3_optimizer``,
 ``keras2_optimizer``)."""
 
 import dataclasses
@@ -49,8 +49,8 @@ class DPOptimizerMixin:
   ledger and the open lot with the model (see ``optimizer_state``)."""
 
   if TYPE_CHECKING:
-    # Set by each flavour's class (``tf_dp.keras.backend``) or its Keras
-    # optimizer base class.
+    # Set by each flavour's class (``tf_dp.keras.flavor_classes``) or its
+    # Keras optimizer base class (``WrappingOptimizer`` of the backend).
     dp_engine: "dp_engine_lib.DPEngine"
     dp_config: config_lib.DPConfig
     inner_optimizer: Any
@@ -64,6 +64,18 @@ class DPOptimizerMixin:
     def iterations(self) -> Any: ...
 
     def build(self, var_list: Sequence[Any]) -> None: ...
+
+    def _keras_variables(self) -> List[Any]:
+      """The variables Keras itself saves: this optimizer's and the wrapped
+      one's (step counter, slots)."""
+
+    def apply_with_inner(self, grads: Sequence[Any],
+                         trainable_variables: Sequence[Any]) -> None: ...
+
+    def inner_config(self) -> Any: ...
+
+    @staticmethod
+    def inner_from_config(config: Any, custom_objects: Any = None) -> Any: ...
 
   @property
   def ledger(self) -> PrivacyLedger:
@@ -169,6 +181,20 @@ class DPOptimizerMixin:
     applied = int(optimizer_state.numpy(self.iterations))
     return max(applied, getattr(self, "_lots_applied_at_save", 0))
 
+  def apply_private_gradients(self, grads: Sequence[Any],
+                              trainable_variables: Sequence[Any]) -> None:
+    """Applies already clipped and noised mean gradients (internal)."""
+    self.apply_with_inner(grads, trainable_variables)
+
+  def get_config(self) -> Dict[str, Any]:
+    return dict(self._config_dict(), inner_optimizer=self.inner_config())
+
+  @classmethod
+  def from_config(cls, config: Dict[str, Any],
+                  custom_objects: Any = None) -> Any:
+    inner = cls.inner_from_config(config["inner_optimizer"], custom_objects)
+    return cls._from_config_dict(inner, config)
+
   def _config_dict(self) -> Dict[str, Any]:
     """``get_config``'s common part: the DP config and the lots applied."""
     cfg = self.dp_config
@@ -187,11 +213,6 @@ class DPOptimizerMixin:
     # pylint: disable-next=protected-access
     optimizer._lots_applied_at_save = int(config.get("lots_applied", 0))
     return optimizer
-
-  def _keras_variables(self) -> List[Any]:
-    """The variables Keras itself saves: this optimizer's and the wrapped
-    one's (step counter, slots); each flavour's class reads them."""
-    raise NotImplementedError
 
   def dp_state(self) -> Dict[str, np.ndarray]:
     """The ledger and open lot, as ``{name: numpy array}`` (eager only)."""

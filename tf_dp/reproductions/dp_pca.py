@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_dp.analysis import checks
+from tf_dp.dp_query.dp_query import DPQuery
 from tf_dp.dp_query.gaussian_query import GaussianSumQuery
 from tf_dp.privacy_ledger import QueryWithLedger
 from tf_dp.privacy_ledger import SamplingEvent
@@ -58,7 +59,7 @@ def dp_principal_directions(x, num_components, noise_multiplier, ledger=None,
   units = np.where(usable, x / np.where(usable, norms, 1.0), 0.0)
   upper = np.triu_indices(d)
   second_moment = (units.T @ units)[upper].astype(np.float32)
-  query = GaussianSumQuery(1.0, noise_multiplier, noise_seed)
+  query: DPQuery = GaussianSumQuery(1.0, noise_multiplier, noise_seed)
   if ledger is not None:
     query = QueryWithLedger(query, ledger, SamplingEvent(
         population_size=int(ledger.population_size.numpy()),

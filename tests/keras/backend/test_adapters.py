@@ -1,14 +1,11 @@
 """Each flavour's adapter (``keras3.py``, ``keras2.py``) on its own Keras."""
 
-import importlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tf_dp.keras import backend
 from tf_dp.keras.backend import callback
-from tf_dp.keras.backend import dp_classes
 from tests.keras import helpers
 
 KERAS = helpers.keras_modules()
@@ -170,39 +167,6 @@ def test_unpack_and_reported_loss(K):
       K.losses.sparse_categorical_crossentropy(y, y_pred))), rel=1e-5)
 
 
-def _registered_name(K, cls):
-  saving = getattr(K, "saving", None)
-  get = getattr(saving, "get_registered_name", None) or (
-      K.utils.get_registered_name)
-  return get(cls)
-
-
-@pytest.mark.parametrize("K", KERAS)
-def test_dp_classes_keep_their_saved_names(K):
-  """The names saved models hold (registered name, and the module Keras 2's
-  loader imports): the module gives the class."""
-  adapter = _adapter(K)
-  suffix = "3" if adapter is backend.keras3 else "2"
-  layer_class = dp_classes.dp_batch_norm_class(adapter)
-  optimizer_class = dp_classes.dp_optimizer_class(adapter)
-  assert issubclass(layer_class, K.layers.Layer)
-  assert issubclass(optimizer_class, K.optimizers.Optimizer)
-  # tf-keras saves the Keras 2 layer under its class name, TF 2.15's Keras
-  # under the registered name (as before one class served each flavour).
-  layer_name = "tf_dp>DPBatchNormalization"
-  if K.__name__.startswith("tf_keras"):
-    layer_name = "DPBatchNormalization"
-  saved = [(layer_class, layer_name,
-            "tf_dp.keras.layers" if suffix == "3" else
-            "tf_dp.keras.layers_keras2"),
-           (optimizer_class, f"tf_dp>DPOptimizerKeras{suffix}",
-            f"tf_dp.keras.backend.keras{suffix}_optimizer")]
-  for cls, registered, module in saved:
-    assert _registered_name(K, cls) == registered
-    assert cls.__module__ == module
-    assert getattr(importlib.import_module(module), cls.__name__) is cls
-
-
 def test_callback_hooks_follow_train_batch_hooks():
   class Quiet(callback.Callback):
     pass
@@ -216,3 +180,24 @@ def test_callback_hooks_follow_train_batch_hooks():
     assert cb.on_epoch_end(0, {}) is None  # Default no-op hooks.
   with pytest.raises(AttributeError):
     Quiet().not_a_hook  # pylint: disable=expression-not-assigned
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_the_wrapping_optimizer_applies_with_the_inner_one(K):
+  """The Keras side of the DP optimizer (``keras3_bases``, ``keras2_bases``):
+  the wrapped optimizer applies the gradients and owns the step counter."""
+  if _adapter(K) is backend.keras3:
+    from tf_dp.keras.backend import keras3_bases as bases  # pylint: disable=g-import-not-at-top
+  else:
+    from tf_dp.keras.backend import keras2_bases as bases  # pylint: disable=g-import-not-at-top
+  inner = K.optimizers.SGD(0.5)
+  wrapper = bases.WrappingOptimizer(inner, "wrapper")
+  variable = tf.Variable([1.0, 2.0])
+  wrapper.build([variable])
+  wrapper.apply_with_inner([tf.constant([2.0, -2.0])], [variable])
+  np.testing.assert_allclose(variable.numpy(), [0.0, 3.0])
+  assert int(wrapper.iterations.numpy()) == 1
+  assert wrapper.iterations is inner.iterations
+  assert bases.optimizer_name(inner) == inner.name
+  restored = bases.WrappingOptimizer.inner_from_config(wrapper.inner_config())
+  assert type(restored) is type(inner)

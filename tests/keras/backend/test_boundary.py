@@ -181,5 +181,4 @@ def test_the_backend_holds_every_listed_use():
   assert not missing, f"listed but never used in the backend: {missing}"
   # Each flavour's private uses stay in its own files.
   assert set(found) <= {f"tf_dp/keras/backend/{name}.py" for name in (
-      "keras3", "keras2", "keras3_optimizer", "keras2_optimizer",
-      "keras3_layers", "keras2_layers")}
+      "keras3", "keras2", "keras3_bases", "keras2_bases")}

@@ -263,7 +263,7 @@ def test_per_layer_fallback_norms_bound_what_each_record_adds(K):
   tap = taps_lib.Tap(layer, (tf.constant(x),), {}, None)
   state = rule.prepare(layer, tap, tf.constant(g), len(x))
   sq = rule.sq_norms(state)[0].numpy().astype(np.float64)
-  added = np.asarray(state["per_record"][0], np.float64).reshape(len(x), -1)
+  added = np.asarray(state.per_record[0], np.float64).reshape(len(x), -1)
   exact = np.sum(np.square(added), 1)
   assert np.all(sq >= exact), np.min(sq / exact)
 

@@ -10,6 +10,8 @@ The loop comparisons are ``one_step._fast_step_matches_loop`` (tolerance
 import pytest
 import tensorflow as tf
 
+from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import rules
 from tests.keras.fast.one_step import FALLBACK
 from tests.keras.fast.one_step import KERAS
@@ -77,7 +79,7 @@ def test_subclasses_inherit_rules_only_without_new_computation(K):
   try:
     assert isinstance(rules.rule_for(Cubed(3)), rules.DenseRule)
   finally:
-    del rules._RULES[Cubed]  # pylint: disable=protected-access
+    rules._REGISTRY.remove(Cubed)  # pylint: disable=protected-access
   assert isinstance(rules.rule_for(K.layers.Dense(3)), rules.DenseRule)
   # The inherited rule computes the subclass's gradients.
   layer = Renamed(4, activation="tanh", kernel_initializer=_init(K, 1))
@@ -100,6 +102,45 @@ def test_registry_accepts_user_rules(K):
 
   rules.register_rule(MyDense, rules.DenseRule())
   assert isinstance(rules.rule_for(MyDense(2)), rules.DenseRule)
+
+
+@pytest.mark.parametrize("K", KERAS)
+def test_a_rule_registered_with_the_decorator_is_used(K):
+  """A user layer with its own call (z = x kernel^3: no inherited rule)
+  and a rule declared with ``@register_rule_class``: the fast path takes
+  the rule, and the step matches the per-example loop."""
+  cubed = _user_dense_class(K)
+
+  @rules.register_rule_class(cubed)
+  class CubedRule:
+    """Each example's kernel gradient, 3 kernel^2 * x^T g, materialised."""
+    pre_activation = False
+
+    def supports(self, layer):
+      del layer
+      return True
+
+    def variables(self, layer):
+      return [layer.kernel]
+
+    def prepare(self, layer, tap, out_grad, records):
+      del records  # One example per record here.
+      outer = tf.einsum("bi,bu->biu", tap.args[0], out_grad)
+      return rule_types.PerRecordGradients(
+          [3.0 * tf.convert_to_tensor(layer.kernel) ** 2 * outer])
+
+    def sq_norms(self, state):
+      return [linear.exact_sq_norms(p) for p in state.per_record]
+
+    def clipped_sums(self, state, scales, keep):
+      return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
+              for p, s in zip(state.per_record, scales)]
+
+  layer = cubed(4)
+  assert isinstance(rules.rule_for(layer), CubedRule)
+  x, y = _data((5,))
+  plan = _fast_step_matches_loop(K, _sequential(K, (5,), [layer]), x, y)
+  assert plan[layer.name] == "fast rule (CubedRule)"
 
 
 def _transformer(K, seq=8, vocab=20, width=8):

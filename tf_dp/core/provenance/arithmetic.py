@@ -210,9 +210,10 @@ def _reduction(op, inputs, forward):
     return all_outputs(op, mixed(op, "a reduction over data-dependent axes"))
   keep_dims = op.get_attr("keep_dims")
   axes = constant(op.inputs[1])
-  if axes is not None and rank(op.inputs[0]) is not None:
-    return all_outputs(op, _reduced(op, label, normalized_axes(
-        axes, rank(op.inputs[0])), keep_dims, forward))
+  ndims = rank(op.inputs[0])
+  if axes is not None and ndims is not None:
+    return all_outputs(op, _reduced(op, label, normalized_axes(axes, ndims),
+                                    keep_dims, forward))
   axis = broadcast_reduction_axis(op.inputs[1], op.inputs[0], label,
                                   keep_dims)
   if axis is not None:
@@ -271,19 +272,21 @@ def _output_index(t, op):
 def _arg_reduction(op, inputs, forward):
   label = inputs[0]
   axis = constant(op.inputs[1])
-  if not isinstance(label, Rows) or axis is None or rank(op.inputs[0]) is None:
+  ndims = rank(op.inputs[0])
+  if not isinstance(label, Rows) or axis is None or ndims is None:
     return all_outputs(op, mixed(op, "an arg-reduction over unknown axes"))
-  return all_outputs(op, _reduced(op, label, normalized_axes(
-      axis, rank(op.inputs[0])), False, forward))
+  return all_outputs(op, _reduced(op, label, normalized_axes(axis, ndims),
+                                  False, forward))
 
 
 @register("Cumsum", "Cumprod", "CumulativeLogsumexp")
 def _scan(op, inputs, forward):
   label = inputs[0]
   axis = constant(op.inputs[1])
-  if not isinstance(label, Rows) or axis is None or rank(op.inputs[0]) is None:
+  ndims = rank(op.inputs[0])
+  if not isinstance(label, Rows) or axis is None or ndims is None:
     return all_outputs(op, mixed(op, "a scan over unknown axes"))
-  if label.axis in normalized_axes(axis, rank(op.inputs[0])):
+  if label.axis in normalized_axes(axis, ndims):
     return all_outputs(op, mixed(op, f"{op.type} along the examples' axis",
                            proven=forward))
   return all_outputs(op, label)
@@ -294,9 +297,10 @@ def _last_axis_op(op, inputs, forward):
   label = inputs[0]
   if any(l is not PUBLIC for l in inputs[1:]) or not isinstance(label, Rows):
     return all_outputs(op, mixed(op, f"{op.type} of data-dependent arguments"))
-  if rank(op.inputs[0]) is None or label.axis == rank(op.inputs[0]) - 1:
+  ndims = rank(op.inputs[0])
+  if ndims is None or label.axis == ndims - 1:
     return all_outputs(op, mixed(op, f"{op.type} along the examples' axis",
-                           proven=forward and rank(op.inputs[0]) is not None))
+                           proven=forward and ndims is not None))
   return all_outputs(op, label)
 
 
@@ -362,7 +366,7 @@ def _batch_matmul(op, inputs, forward):
       found.append(Rows(out_rank - 2, label.group))
     else:
       found.append(Rows(out_rank - 1, label.group))
-  result = found[0]
+  result: Label = found[0]
   for other in found[1:]:
     result = join(result, other, op.name, op.type)
   if isinstance(result, Mixed):
@@ -377,15 +381,16 @@ def _einsum_subscripts(op):
   subscripts = lhs.split(",")
   ranks = [rank(t) for t in op.inputs]
   if "..." in equation:
-    if any(r is None for r in ranks):
+    known = [r for r in ranks if r is not None]
+    if len(known) < len(ranks):
       return None
     width = max(r - len(s.replace("...", ""))
-                for r, s in zip(ranks, subscripts) if "..." in s)
+                for r, s in zip(known, subscripts) if "..." in s)
     ellipsis = "".join(chr(0x100 + k) for k in range(width))
     expand = lambda s, r: s.replace("...", ellipsis[width - (
         r - len(s.replace("...", ""))):])
     subscripts = [expand(s, r) if "..." in s else s
-                  for s, r in zip(subscripts, ranks)]
+                  for s, r in zip(subscripts, known)]
     rhs = rhs.replace("...", ellipsis)
   return subscripts, rhs
 

@@ -4,10 +4,13 @@ padding and tiling, broadcasts, gathers, one-hot, matrix-shaped operations.
 They keep examples apart when the examples' axis is moved whole, never
 sliced, split, padded or picked from."""
 
+from typing import Optional
+
 import numpy as np
 
 from tf_dp.core.provenance.arithmetic import broadcast
 from tf_dp.core.provenance.labels import join
+from tf_dp.core.provenance.labels import Label
 from tf_dp.core.provenance.labels import PUBLIC
 from tf_dp.core.provenance.labels import Rows
 from tf_dp.core.provenance.registry import all_outputs
@@ -31,8 +34,8 @@ def _transpose(op, inputs, forward):
   perm = constant(op.inputs[1])
   if inputs[1] is not PUBLIC or perm is None or not has_axis(label):
     return all_outputs(op, mixed(op, "a transpose by an unknown permutation"))
-  perm = [int(p) for p in perm.reshape(-1)]
-  return all_outputs(op, moved(label, perm.index(label.axis)))
+  order = [int(p) for p in perm.reshape(-1)]
+  return all_outputs(op, moved(label, order.index(label.axis)))
 
 
 @register("ExpandDims")
@@ -43,10 +46,10 @@ def _expand_dims(op, inputs, forward):
   out_rank = rank(op.outputs[0])
   if axis is None or out_rank is None or not has_axis(label):
     return all_outputs(op, mixed(op, "an expand_dims at an unknown axis"))
-  axis = int(axis.reshape(-1)[0])
-  axis = axis + out_rank if axis < 0 else axis
-  return all_outputs(op, moved(label, label.axis + (1 if axis <= label.axis
-                                              else 0)))
+  position = int(axis.reshape(-1)[0])
+  position = position + out_rank if position < 0 else position
+  return all_outputs(op, moved(label, label.axis + (
+      1 if position <= label.axis else 0)))
 
 
 @register("Squeeze")
@@ -105,8 +108,9 @@ def _sliced_axes(op, dims, bounds):
       o += 1
       continue
     if not bit("shrink_axis_mask", i):
-      if _slice_keeps(*(constant_element(b, i) for b in bounds), dims[d],
-                      bit("begin_mask", i), bit("end_mask", i)):
+      begin, end, stride = (constant_element(b, i) for b in bounds)
+      if _slice_keeps(begin, end, stride, dims[d], bit("begin_mask", i),
+                      bit("end_mask", i)):
         whole[d] = o
       o += 1
     d += 1
@@ -182,7 +186,7 @@ def _slice(op, inputs, forward):
 def _same_axis(op, labels, axis_of):
   """The common example axis of the data-dependent inputs (their axis
   mapped by ``axis_of``), or a ``Mixed``."""
-  found = None
+  found: Optional[Label] = None
   for label in labels:
     if label is PUBLIC:
       continue
@@ -205,9 +209,9 @@ def _concat(op, inputs, forward):
   r = rank(op.outputs[0])
   if axis is None or r is None:
     return all_outputs(op, mixed(op, "a concatenation along an unknown axis"))
-  axis = normalized_axes(axis, r)[0]
+  concat_axis = normalized_axes(axis, r)[0]
   label = _same_axis(op, value_labels, lambda a: a)
-  if isinstance(label, Rows) and label.axis == axis:
+  if isinstance(label, Rows) and label.axis == concat_axis:
     return all_outputs(op, mixed(op, "a concatenation along the examples' axis"))
   del values
   return all_outputs(op, label)
@@ -324,12 +328,14 @@ def _gather(op, inputs, forward):
   params, indices = op.inputs[0], op.inputs[1]
   p_label, i_label = inputs[0], inputs[1]
   batch_dims = op.get_attr("batch_dims") if op.type == "GatherV2" else 0
-  axis = constant(op.inputs[2]) if op.type == "GatherV2" else np.array(0)
-  if axis is None or rank(params) is None or rank(indices) is None:
+  axis_value = constant(op.inputs[2]) if op.type == "GatherV2" else (
+      np.array(0))
+  indices_rank = rank(indices)
+  if axis_value is None or rank(params) is None or indices_rank is None:
     return all_outputs(op, mixed(op, "a gather along an unknown axis"))
-  axis = normalized_axes(axis, rank(params))[0]
+  axis = normalized_axes(axis_value, rank(params))[0]
   if batch_dims < 0:
-    batch_dims += rank(indices)
+    batch_dims += indices_rank
   if batch_dims:
     both = [l for l in (p_label, i_label) if l is not PUBLIC]
     if all(isinstance(l, Rows) and l.axis == 0 for l in both) and (
@@ -340,7 +346,7 @@ def _gather(op, inputs, forward):
     return all_outputs(op, Rows(axis + i_label.axis, i_label.group))
   if i_label is not PUBLIC or p_label.axis == axis:
     return all_outputs(op, mixed(op, "a gather that picks examples"))
-  shift = 0 if p_label.axis < axis else rank(indices) - 1
+  shift = 0 if p_label.axis < axis else indices_rank - 1
   return all_outputs(op, Rows(p_label.axis + shift, p_label.group))
 
 

@@ -34,6 +34,8 @@ def _list_stack(op, inputs, forward):
   element = label.element
   if element is PUBLIC:
     return [PUBLIC] * len(op.outputs)
+  if not isinstance(element, Rows):  # A list's elements carry rows or none.
+    return all_outputs(op, mixed(op, f"a stack of a list of {element}"))
   if op.type == "TensorListConcatV2":
     if element.axis == 0:
       return all_outputs(op, mixed(op, "a concatenation of examples' rows"))
@@ -62,7 +64,7 @@ def _list_set(op, inputs, forward):
   element = PUBLIC if lst is PUBLIC else (
       lst.element if isinstance(lst, ListOf) else None)
   if element is None:
-    return all_outputs(op, mixed(op, "a list laid out as {lst}"))
+    return all_outputs(op, mixed(op, f"a list laid out as {lst}"))
   joined = join(element, item, op.name, op.type)
   return all_outputs(op, joined if isinstance(joined, Mixed) else ListOf(joined))
 

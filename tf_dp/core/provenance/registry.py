@@ -15,7 +15,8 @@ of axes (``Context``).
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import (Any, Callable, Dict, List, Optional, Sequence, TypeGuard,
+                    Union)
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util  # pylint: disable=g-direct-tensorflow-import
@@ -132,10 +133,19 @@ def constant_element(t: tf.Tensor, index: int) -> Optional[int]:
   return None
 
 
-def normalized_axes(value: Any, rank_: int) -> List[int]:
-  """The axes in ``value`` (a scalar or a vector), non-negative, sorted."""
+def normalized_axes(value: Any, rank_: Optional[int]) -> List[int]:
+  """The axes in ``value`` (a scalar or a vector), non-negative, sorted.
+
+  Raises:
+    ValueError: for a negative axis of a tensor of unknown rank (the walker
+      labels such an operation ``Mixed``).
+  """
   axes = [int(a) for a in np.asarray(value).reshape(-1)]
-  return sorted({a + rank_ if a < 0 else a for a in axes})
+  if any(a < 0 for a in axes):
+    if rank_ is None:
+      raise ValueError(f"negative axes {axes} of a tensor of unknown rank")
+    axes = [a + rank_ if a < 0 else a for a in axes]
+  return sorted(set(axes))
 
 
 class Context:
@@ -191,7 +201,7 @@ def moved(label: Label, axis: int) -> Label:
   return dataclasses.replace(label, axis=axis)
 
 
-def has_axis(label: Label) -> bool:
+def has_axis(label: Label) -> TypeGuard[Union[Rows, Interleaved]]:
   """Whether ``label`` holds examples on an axis (contiguous or
   interleaved)."""
   return isinstance(label, (Rows, Interleaved))

@@ -7,18 +7,20 @@ tf_dp trains models of two Keras flavours:
 * ``"keras2"``: ``tf_keras``, or ``keras`` 2.x (``tf.keras``) on TF 2.15.
 
 What differs between them, and every use of a Keras private API, lives in
-this package: the adapters ``keras3.py`` and ``keras2.py``, and tf_dp's
-classes that subclass a flavour's own (the DP optimizer,
-``keras3_optimizer.py`` / ``keras2_optimizer.py``, and
-``DPBatchNormalization``, ``keras3_layers.py`` / ``keras2_layers.py``, found
-by ``dp_classes.py``), with the callback base that serves both flavours
-(``callback.py``). The rest of tf_dp asks the adapter of an object
-(``for_object(model)``) and never branches on a flavour, so a Keras release
-that changes a private API breaks one file.
-``tests/keras/backend/test_boundary.py`` enforces this.
+this package: the adapters ``keras3.py`` and ``keras2.py``, the Keras side
+of tf_dp's classes that subclass a flavour's own (``keras3_bases.py`` /
+``keras2_bases.py``: the optimizer that wraps another, the layer base,
+registration under tf_dp's saved names; the DP classes built on them are in
+``tf_dp.keras.flavor_classes``, above), and the callback base that serves
+both flavours (``callback.py``). The rest of tf_dp asks the adapter of an
+object (``for_object(model)``) and never branches on a flavour, so a Keras
+release that changes a private API breaks one file.
+``tests/keras/backend/test_boundary.py`` enforces this. Nothing here imports
+the rest of tf_dp.keras (``tests/test_layering.py``).
 
 Nothing here imports a Keras package at module load: an adapter imports its
-Keras on first use, so tf_dp imports with either flavour alone.
+Keras on first use (the bases, when a class built on them is first used), so
+tf_dp imports with either flavour alone.
 
 The adapter interface (module-level names of ``keras3`` and ``keras2``)::
 

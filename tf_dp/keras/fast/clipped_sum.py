@@ -41,11 +41,15 @@ from tf_dp.keras import per_example
 from tf_dp.keras import privacy_gate
 from tf_dp.keras.fast import gradient_presence
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import rules as rules_lib
 from tf_dp.keras.fast import taps as taps_lib
 
 
 FastPathUnavailable = linear.FastPathUnavailable
+Rule = rule_types.Rule[Any]
+# Per unit (by layer id), its registered rule, or None.
+FoundRules = Dict[int, Optional[Rule]]
 
 
 def is_model(layer: Any) -> bool:
@@ -253,7 +257,7 @@ def _records(tensor: tf.Tensor, num_microbatches: Optional[int]) -> tf.Tensor:
   return tf.convert_to_tensor(num_microbatches, tf.int32)
 
 
-def _check_taps_cover(units: Sequence[Any], rules: Dict[int, Any],
+def _check_taps_cover(units: Sequence[Any], rules: FoundRules,
                       variables: Sequence[Any], read_outside: Iterable[Any],
                       read_inside: Sequence[Sequence[Any]]) -> None:
   """Raises FastPathUnavailable unless every trainable variable's gradient
@@ -288,12 +292,12 @@ def _check_taps_cover(units: Sequence[Any], rules: Dict[int, Any],
           "account for exactly its trainable variables")
 
 
-def _check_calls(unit: Any, rules: Dict[int, Any], session: taps_lib.TapSession,
-                 graph: Any) -> None:
+def _check_calls(unit: Any, rule: Optional[Rule], session: taps_lib.TapSession,
+                 graph: Any) -> Rule:
   """Raises FastPathUnavailable unless the unit's calls can be handled
   (each recorded in ``graph``, the loss's, not inside a loop or a
-  vectorized map of its parent); gives units without a rule the per-layer
-  fallback."""
+  vectorized map of its parent); returns the unit's ``rule``, or the
+  per-layer fallback for a unit without one."""
   for tap in session.all_taps.get(id(unit), []):
     for t in tf.nest.flatten(tap.output):
       if getattr(t, "graph", graph) is not graph:
@@ -301,8 +305,8 @@ def _check_calls(unit: Any, rules: Dict[int, Any], session: taps_lib.TapSession,
             f"layer {unit.name!r} is called inside a loop or a vectorized "
             "map of the layer holding it")
   calls = session.call_counts.get(id(unit), 0)
-  rule = rules[id(unit)]
-  if calls != 1 and not (calls and hasattr(rule, "prepare_calls")):
+  if calls != 1 and not (calls and rule is not None
+                         and rule_types.takes_several_calls(rule)):
     raise FastPathUnavailable(f"layer {unit.name!r} was called {calls} "
                               "times in one forward pass")
   for tap in session.all_taps[id(unit)]:
@@ -313,8 +317,8 @@ def _check_calls(unit: Any, rules: Dict[int, Any], session: taps_lib.TapSession,
     hazard = vectorized_map_hazard([unit])
     if hazard:
       raise UnsupportedModelError(hazard)
-    rules[id(unit)] = rules_lib.LocalVectorizedRule(
-        session.original_call(unit)[0])
+    return rules_lib.LocalVectorizedRule(session.original_call(unit)[0])
+  return rule
 
 
 def _ready(grads: Any) -> List[tf.Tensor]:
@@ -322,34 +326,39 @@ def _ready(grads: Any) -> List[tf.Tensor]:
   return [t for t in tf.nest.flatten(grads) if isinstance(t, tf.Tensor)]
 
 
-def _prepare(rule: Any, unit: Any, taps: Sequence[taps_lib.Tap],
+def _prepare(rule: Rule, unit: Any, taps: Sequence[taps_lib.Tap],
              outputs: Sequence[Any], grads: Sequence[Any],
-             records: linear.Records) -> linear.RuleState:
+             records: linear.Records) -> Any:
   """The rule's state from the unit's taps and their output gradients
   (zeros where an output does not reach the loss)."""
   grads = [tf.nest.map_structure(tf.zeros_like, out) if grad is None
            else grad for out, grad in zip(outputs, grads)]
-  if getattr(rule, "float32_taps", True):
+  if rule_types.takes_float32_taps(rule):
     taps = [_in_float32(tap) for tap in taps]
     grads = [tf.nest.map_structure(_float32, grad) for grad in grads]
   if len(taps) == 1:
     return rule.prepare(unit, taps[0], grads[0], records)
+  if not rule_types.takes_several_calls(rule):  # _check_calls refuses it.
+    raise FastPathUnavailable(f"layer {unit.name!r} was called {len(taps)} "
+                              "times in one forward pass")
   return rule.prepare_calls(unit, taps, grads, records)
 
 
 class _TappedStep(NamedTuple):
   """``_proven_taps``'s result: per unit, its calls' taps, their output
-  gradients and what the rules read of them."""
+  gradients, what the rules read of them, and the rule that reads them
+  (its registered rule or the per-layer fallback)."""
   y_pred: Any
   losses: tf.Tensor
   unit_taps: List[List[taps_lib.Tap]]
   out_grads: List[List[Any]]
   read_grads: List[List[Any]]
+  unit_rules: List[Rule]
 
 
 def _proven_taps(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
                  sample_weight: Any, units: Sequence[Any],
-                 rules: Dict[int, Any], pre_activation: Dict[int, bool],
+                 rules: FoundRules, pre_activation: Dict[int, bool],
                  records: linear.Records, record_reduction: str) -> _TappedStep:
   """One batched forward pass with the units tapped, the loss, and the
   backward pass to the taps, proven by the privacy gate
@@ -391,8 +400,8 @@ def _proven_taps(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
   _check_taps_cover(units, rules, model.trainable_variables,
                     outside.watched_variables(),
                     [session.reads.get(id(u), []) for u in units])
-  for unit in units:
-    _check_calls(unit, rules, session, getattr(total, "graph", None))
+  unit_rules = [_check_calls(unit, rules[id(unit)], session,
+                             getattr(total, "graph", None)) for unit in units]
   unit_taps = [session.all_taps[id(u)] for u in units]
   outputs = [[tap.output for tap in taps] for taps in unit_taps]
   if connected:
@@ -423,7 +432,7 @@ def _proven_taps(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
     hazard = vectorized_map_hazard([unit])
     if hazard:
       raise FastPathUnavailable(hazard)
-    rules[id(unit)] = rules_lib.LocalVectorizedRule(
+    unit_rules[index] = rules_lib.LocalVectorizedRule(
         session.original_call(unit)[0], layout=layout,
         without_activation=pre_activation[id(unit)])
   # What each rule reads of the output gradients: for a public output
@@ -433,7 +442,8 @@ def _proven_taps(model: Any, loss_fn: Callable[..., Any], x: Any, y: Any,
     read_grads[index][0] = tf.nest.pack_sequence_as(
         out_grads[index][0], [g if s is None else s[0] for g, s in zip(
             tf.nest.flatten(out_grads[index][0]), layout.summed)])
-  return _TappedStep(y_pred, losses, unit_taps, out_grads, read_grads)
+  return _TappedStep(y_pred, losses, unit_taps, out_grads, read_grads,
+                     unit_rules)
 
 
 class ClippedBatchSum(NamedTuple):
@@ -519,11 +529,12 @@ def tapped_clipped_batch_sum(model: Any, loss_fn: Callable[..., Any], x: Any,
                      "function only.")
   variables = model.trainable_variables
   units = trainable_units(model)
-  rules = {id(u): rules_lib.rule_for(u) for u in units}
-  pre_activation = {k: bool(r and r.pre_activation) for k, r in rules.items()}
+  rules: FoundRules = {id(u): rules_lib.rule_for(u) for u in units}
+  pre_activation = {k: r is not None and r.pre_activation
+                    for k, r in rules.items()}
   first = tf.nest.flatten(x)[0]
   records = _records(first, num_microbatches)
-  y_pred, losses, unit_taps, out_grads, read_grads = _proven_taps(
+  y_pred, losses, unit_taps, out_grads, read_grads, unit_rules = _proven_taps(
       model, loss_fn, x, y, sample_weight, units, rules, pre_activation,
       records, record_reduction)
   absent = gradient_presence.without_gradient(variables, unit_taps, out_grads)
@@ -535,9 +546,9 @@ def tapped_clipped_batch_sum(model: Any, loss_fn: Callable[..., Any], x: Any,
   # sizes although the batch size may be unknown.
   with (linear.one_example_per_record(records)
         if num_microbatches is None else contextlib.nullcontext()):
-    for unit, taps, grads in zip(units, unit_taps, out_grads):
+    for unit, rule, taps, grads in zip(units, unit_rules, unit_taps,
+                                       out_grads):
       outs = [tap.output for tap in taps]
-      rule = rules[id(unit)]
       # On a large model (lot_lib.ORDERED_FOR_MEMORY_WEIGHTS) the rule's work
       # starts once the unit's output gradients exist: what it derives from
       # the forward taps alone (float64 casts, Gram matrices, normalised

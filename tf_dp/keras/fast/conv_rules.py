@@ -9,12 +9,14 @@ uses for the layer (Conv2DBackpropFilter and friends) applied to the
 per-record scaled output gradients, so no patches are formed for the sum.
 """
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
 
@@ -335,7 +337,7 @@ class DepthwiseConv2DRule(linear.LinearRule):
     return _depthwise_sum(layer, self.kernel(layer), x, g)
 
 
-class SeparableConv2DRule(linear.LinearRule):
+class SeparableConv2DRule(linear.KernelRule):
   """keras.layers.SeparableConv2D: a depthwise kernel, then a 1x1 one.
 
   The depthwise output u is recomputed from the tapped input; the pointwise
@@ -349,53 +351,68 @@ class SeparableConv2DRule(linear.LinearRule):
     return [layer.depthwise_kernel, layer.pointwise_kernel]
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
-              records: linear.Records) -> linear.RuleState:
-    state = super().prepare(layer, tap, out_grad, records)
-    u = _depthwise(layer, layer.depthwise_kernel, state["x"])
+              records: linear.Records) -> "SeparableState":
+    x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
+    u = _depthwise(layer, layer.depthwise_kernel, x)
     pointwise = tf.reshape(layer.pointwise_kernel,
                            layer.pointwise_kernel.shape[-2:])
     g_u = tf.reshape(
         tf.matmul(tf.reshape(out_grad, [-1, out_grad.shape[-1]]), pointwise,
                   transpose_b=True), tf.shape(u))
-    state.update(u=u, g_u=g_u)
-    return state
+    biases = None
+    if self.has_bias(layer):
+      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
+      biases = linear.bias_grads(out_grad, layer.bias.shape, records)
+    return SeparableState(layer, records, x, out_grad, u, g_u, biases)
 
   def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
                     out_grads: Sequence[Any],
-                    records: linear.Records) -> linear.RuleState:
+                    records: linear.Records) -> "SeparableState":
     raise linear.FastPathUnavailable(
         f"layer {layer.name!r} is called {len(taps)} times in one forward "
         "pass")
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    layer, records = state["layer"], state["records"]
-    a, g = _depthwise_rows(layer, layer.depthwise_kernel, state["x"],
-                           state["g_u"], records)
+  def sq_norms(self, state: "SeparableState") -> List[tf.Tensor]:
+    layer, records = state.layer, state.records
+    a, g = _depthwise_rows(layer, layer.depthwise_kernel, state.x,
+                           state.g_u, records)
     norms = [linear.kernel_sq_norms(a, g, records),
-             linear.kernel_sq_norms(linear.per_record(state["u"], records),
-                                    linear.per_record(state["g"], records),
+             linear.kernel_sq_norms(linear.per_record(state.u, records),
+                                    linear.per_record(state.g, records),
                                     records)]
-    if self.has_bias(layer):
-      state["bias_grads"] = linear.bias_grads(state["g"], layer.bias.shape,
-                                              records)
-      norms.append(linear.exact_sq_norms(state["bias_grads"]))
+    if state.bias_grads is not None:
+      norms.append(linear.exact_sq_norms(state.bias_grads))
     return norms
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: "SeparableState", scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    layer, records = state["layer"], state["records"]
-    x, u = (linear.per_example(state[k], records, keep) for k in ("x", "u"))
-    g, g_u = (linear.per_example(state[k], records, keep)
-              for k in ("g", "g_u"))
+    layer, records = state.layer, state.records
+    x, u = (linear.per_example(t, records, keep) for t in (state.x, state.u))
+    g, g_u = (linear.per_example(t, records, keep)
+              for t in (state.g, state.g_u))
     scaled = lambda t, s: linear.per_example(t, records, s)
     out = [_depthwise_sum(layer, layer.depthwise_kernel, x,
                           scaled(g_u, scales[0])),
            tf.reshape(linear.matmul_kernel_sum(u, scaled(g, scales[1])),
                       tf.shape(layer.pointwise_kernel))]
-    if len(scales) > 2:
-      bias = linear.mask(state["bias_grads"], keep)
+    if len(scales) > 2 and state.bias_grads is not None:
+      bias = linear.mask(state.bias_grads, keep)
       out.append(tf.tensordot(scales[2], bias, axes=[[0], [0]]))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SeparableState:
+  """A separable convolution's call: its input ``x`` and output gradient
+  ``g``, the depthwise output ``u`` recomputed from ``x`` and its gradient
+  ``g_u``, and the per-record bias gradients (None without a bias)."""
+  layer: Any
+  records: linear.Records
+  x: tf.Tensor
+  g: tf.Tensor
+  u: tf.Tensor
+  g_u: tf.Tensor
+  bias_grads: Optional[tf.Tensor] = None
 
 
 class Conv2DTransposeRule(linear.LinearRule):
@@ -426,7 +443,7 @@ class Conv2DTransposeRule(linear.LinearRule):
                             list(layer.strides), _padding(layer), [1, 1])
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   """Registers these rules for the layer classes of each Keras module."""
   for keras in modules:

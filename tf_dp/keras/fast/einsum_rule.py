@@ -14,13 +14,14 @@ gradient is the kernel gradient of an einsum derived from the layer's
 (``LoraFactors``), so the same rows and certificates serve.
 """
 
+import dataclasses
 import string
-from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
+from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
-from tf_dp.keras.fast import taps as taps_lib
+from tf_dp.keras.fast import rule_types
 
 # An einsum's ``(input, kernel, output)`` letter strings.
 Specs = Tuple[str, str, str]
@@ -223,61 +224,34 @@ class LoraMixin(linear.LinearRule):
       return [layer.lora_kernel_a, layer.lora_kernel_b]
     return super().kernel_variables(layer)
 
-  def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
-              records: linear.Records) -> linear.RuleState:
-    state = super().prepare(layer, tap, out_grad, records)
-    if lora_enabled(layer):
-      x = state["x"]
-      state["lora"] = LoraFactors(
-          cast(Specs, self.lora_specs_for(layer, x.shape.rank)), x,
-          tf.cast(out_grad, x.dtype), layer.lora_kernel_a,
-          layer.lora_kernel_b, layer.lora_alpha / layer.lora_rank, records)
-    return state
-
-  def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
-                    out_grads: Sequence[tf.Tensor],
-                    records: linear.Records) -> linear.RuleState:
-    """A shared layer with LoRA: each call's factor state; a record's
-    gradients are summed over the calls (``lora_sq_norms``)."""
+  def kernel_part(self, layer: Any,
+                  calls: List[Tuple[tf.Tensor, tf.Tensor]],
+                  records: linear.Records) -> linear.KernelPart:
+    """With LoRA, the factors of each call (a shared layer: a record's
+    gradients summed over the calls, ``lora_sq_norms``)."""
     if not lora_enabled(layer):
-      return super().prepare_calls(layer, taps, out_grads, records)
-    return {"layer": layer, "records": records,
-            "lora_calls": [self.prepare(layer, tap, grad, records)
-                           for tap, grad in zip(taps, out_grads)]}
+      return super().kernel_part(layer, calls, records)
+    return LoraKernel([LoraFactors(
+        cast(Specs, self.lora_specs_for(layer, x.shape.rank)), x,
+        tf.cast(g, x.dtype), layer.lora_kernel_a, layer.lora_kernel_b,
+        layer.lora_alpha / layer.lora_rank, records) for x, g in calls])
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    if "lora_calls" not in state:
-      return super().sq_norms(state)
-    layer, calls = state["layer"], state["lora_calls"]
-    norms = lora_sq_norms([call["lora"] for call in calls])
-    if self.has_bias(layer):
-      state["bias_grads"] = tf.add_n([linear.bias_grads(
-          call["g"], layer.bias.shape, state["records"]) for call in calls])
-      norms.append(linear.exact_sq_norms(state["bias_grads"]))
-    return norms
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+@dataclasses.dataclass(frozen=True)
+class LoraKernel:
+  """The LoRA factors' share of a linear rule's state: one ``LoraFactors``
+  per call of the layer."""
+  calls: List[LoraFactors]
+
+  def sq_norms(self) -> List[tf.Tensor]:
+    return lora_sq_norms(self.calls)
+
+  def clipped_sums(self, scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    if "lora_calls" not in state:
-      return super().clipped_sums(state, scales, keep)
-    out = [tf.add_n(list(parts)) for parts in zip(*(
-        call["lora"].clipped_sums(scales[:2], keep)
-        for call in state["lora_calls"]))]
-    if len(scales) > 2:
-      bias = linear.mask(state["bias_grads"], keep)
-      out.append(tf.tensordot(scales[2], bias, axes=[[0], [0]]))
-    return out
-
-  def kernel_part_sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    if "lora" in state:
-      return state["lora"].sq_norms()
-    return super().kernel_part_sq_norms(state)
-
-  def kernel_part_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
-                       keep: tf.Tensor) -> List[tf.Tensor]:
-    if "lora" in state:
-      return state["lora"].clipped_sums(scales, keep)
-    return super().kernel_part_sums(state, scales, keep)
+    if len(self.calls) == 1:
+      return self.calls[0].clipped_sums(scales, keep)
+    return [tf.add_n(list(parts)) for parts in zip(*(
+        call.clipped_sums(scales, keep) for call in self.calls))]
 
 
 class EinsumDenseRule(LoraMixin, linear.LinearRule):
@@ -317,7 +291,7 @@ class EinsumDenseRule(LoraMixin, linear.LinearRule):
     return tf.einsum(f"{inp},{out}->{ker}", x, g)
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   for keras in modules:
     register(keras.layers.EinsumDense, EinsumDenseRule())

@@ -30,13 +30,41 @@ logits``.
 output gradients summed over its examples, materialised (``[R, T, D]``).
 """
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingState:
+  """An ``Embedding``'s calls: ids ``[R, P]`` and output gradients
+  ``[R, P, D]`` per record; with LoRA, ``g_back`` (``g b^T``, scaled) and
+  ``rows`` (``a[ids]``, scaled), else None."""
+  layer: Any
+  records: linear.Records
+  ids: tf.Tensor
+  g: tf.Tensor
+  g_back: Optional[tf.Tensor] = None
+  rows: Optional[tf.Tensor] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReversibleEmbeddingState:
+  """A ``ReversibleEmbedding``'s calls, per record: the forward calls' ids
+  ``[R, T]`` and output gradients ``[R, T, D]``, the reverse calls' inputs
+  ``h`` ``[R, S, D]`` and output gradients ``dl`` ``[R, S, V]``."""
+  layer: Any
+  records: linear.Records
+  ids: tf.Tensor
+  g: tf.Tensor
+  h: tf.Tensor
+  dl: tf.Tensor
 
 
 # Positions per record up to which ``embedding_sq_norms`` takes the ghost
@@ -152,21 +180,21 @@ class EmbeddingRule:
     return [layer.embeddings]
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> EmbeddingState:
     ids = tf.reshape(tf.cast(tap.args[0], tf.int32), [records, -1])
     g = linear.per_record(out_grad, records)
-    state = {"layer": layer, "ids": ids, "g": g, "records": records}
-    if einsum_rule.lora_enabled(layer):
-      scale = layer.lora_alpha / layer.lora_rank
-      a = tf.cast(layer.lora_embeddings_a, g.dtype)
-      b = tf.cast(layer.lora_embeddings_b, g.dtype)
-      state["g_back"] = scale * tf.einsum("rpd,kd->rpk", g, b)
-      state["rows"] = scale * tf.gather(a, ids)
-    return state
+    if not einsum_rule.lora_enabled(layer):
+      return EmbeddingState(layer, records, ids, g)
+    scale = layer.lora_alpha / layer.lora_rank
+    a = tf.cast(layer.lora_embeddings_a, g.dtype)
+    b = tf.cast(layer.lora_embeddings_b, g.dtype)
+    return EmbeddingState(layer, records, ids, g,
+                          g_back=scale * tf.einsum("rpd,kd->rpk", g, b),
+                          rows=scale * tf.gather(a, ids))
 
   def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
                     out_grads: Sequence[Any],
-                    records: linear.Records) -> linear.RuleState:
+                    records: linear.Records) -> EmbeddingState:
     """A shared embedding: every call's positions, concatenated."""
     if einsum_rule.lora_enabled(layer):
       raise linear.FastPathUnavailable(
@@ -174,17 +202,17 @@ class EmbeddingRule:
           "in one forward pass")
     states = [self.prepare(layer, tap, grad, records)
               for tap, grad in zip(taps, out_grads)]
-    return {"layer": layer, "records": records,
-            "ids": tf.concat([s["ids"] for s in states], 1),
-            "g": tf.concat([s["g"] for s in states], 1)}
+    return EmbeddingState(layer, records,
+                          tf.concat([s.ids for s in states], 1),
+                          tf.concat([s.g for s in states], 1))
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    ids, g, records = state["ids"], state["g"], state["records"]
-    if "g_back" not in state:
+  def sq_norms(self, state: EmbeddingState) -> List[tf.Tensor]:
+    ids, g, records = state.ids, state.g, state.records
+    if state.g_back is None or state.rows is None:
       return [embedding_sq_norms(ids, g, records)]
     # g' and the rows are rounded products (``linear.product_error``):
     # onehot rows have norm 1, so the mass of g' is that of g.
-    layer = state["layer"]
+    layer = state.layer
     scale = abs(layer.lora_alpha / layer.lora_rank)
     b64 = tf.cast(layer.lora_embeddings_b, tf.float64)
     mass = linear.record_mass(tf.reduce_sum(linear.row_norms(
@@ -192,21 +220,21 @@ class EmbeddingRule:
     error_a = linear.product_error(mass, scale * tf.norm(b64),
                                    b64.shape[-1])
     error_b = linear.rounding_bound(2, linear.UNIT_ROUNDOFF_FLOAT32) * (
-        linear.position_mass(state["rows"], g))
-    return [embedding_sq_norms(ids, state["g_back"], records, error_a),
-            linear.kernel_sq_norms(state["rows"], g, records, error_b)]
+        linear.position_mass(state.rows, g))
+    return [embedding_sq_norms(ids, state.g_back, records, error_a),
+            linear.kernel_sq_norms(state.rows, g, records, error_b)]
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: EmbeddingState, scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    layer, ids = state["layer"], state["ids"]
+    layer, ids = state.layer, state.ids
     scaled = lambda t, s: linear.mask(t, keep) * s[:, None, None]
-    if "g_back" not in state:
-      return [embedding_sum(ids, scaled(state["g"], scales[0]),
+    if state.g_back is None or state.rows is None:
+      return [embedding_sum(ids, scaled(state.g, scales[0]),
                             layer.input_dim)]
-    return [embedding_sum(ids, scaled(state["g_back"], scales[0]),
+    return [embedding_sum(ids, scaled(state.g_back, scales[0]),
                           layer.input_dim),
-            linear.matmul_kernel_sum(linear.mask(state["rows"], keep),
-                                     scaled(state["g"], scales[1]))]
+            linear.matmul_kernel_sum(linear.mask(state.rows, keep),
+                                     scaled(state.g, scales[1]))]
 
 
 def _reverse_flag(tap: taps_lib.Tap) -> bool:
@@ -260,12 +288,12 @@ class ReversibleEmbeddingRule:
     return [layer.embeddings, layer.reverse_embeddings]
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> ReversibleEmbeddingState:
     return self.prepare_calls(layer, [tap], [out_grad], records)
 
   def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
                     out_grads: Sequence[Any],
-                    records: linear.Records) -> linear.RuleState:
+                    records: linear.Records) -> ReversibleEmbeddingState:
     """State from every call of the layer in one forward pass."""
     ids, g, h, dl = [], [], [], []
     for tap, grad in zip(taps, out_grads):
@@ -278,33 +306,34 @@ class ReversibleEmbeddingRule:
     dim, vocabulary = layer.output_dim, layer.input_dim
     empty = lambda width, dtype=tf.float32: tf.zeros([records, 0, width],
                                                      dtype)
-    return {"layer": layer, "records": records,
-            "ids": tf.concat(ids, 1) if ids else tf.zeros([records, 0],
-                                                         tf.int32),
-            "g": tf.concat(g, 1) if g else empty(dim),
-            "h": tf.concat(h, 1) if h else empty(dim),
-            "dl": tf.concat(dl, 1) if dl else empty(vocabulary)}
+    return ReversibleEmbeddingState(
+        layer, records,
+        ids=tf.concat(ids, 1) if ids else tf.zeros([records, 0], tf.int32),
+        g=tf.concat(g, 1) if g else empty(dim),
+        h=tf.concat(h, 1) if h else empty(dim),
+        dl=tf.concat(dl, 1) if dl else empty(vocabulary))
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    ids, g, h, dl = (state[k] for k in ("ids", "g", "h", "dl"))
-    records = state["records"]
-    if state["layer"].tie_weights:
+  def sq_norms(self, state: ReversibleEmbeddingState) -> List[tf.Tensor]:
+    ids, g, h, dl = state.ids, state.g, state.h, state.dl
+    records = state.records
+    if state.layer.tie_weights:
       return [tied_sq_norms(ids, g, dl, h, records)]
     return [embedding_sq_norms(ids, g, records),
             linear.kernel_sq_norms(h, dl, records)]
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: ReversibleEmbeddingState,
+                   scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    layer = state["layer"]
+    layer = state.layer
     scaled = lambda t, s: linear.mask(t, keep) * s[:, None, None]
-    forward = embedding_sum(state["ids"], scaled(state["g"], scales[0]),
-                                  layer.input_dim)
-    h = linear.mask(state["h"], keep)
+    forward = embedding_sum(state.ids, scaled(state.g, scales[0]),
+                            layer.input_dim)
+    h = linear.mask(state.h, keep)
     if layer.tie_weights:
       return [forward + linear.matmul_kernel_sum(
-          scaled(state["dl"], scales[0]), h)]
+          scaled(state.dl, scales[0]), h)]
     return [forward, linear.matmul_kernel_sum(
-        h, scaled(state["dl"], scales[1]))]
+        h, scaled(state.dl, scales[1]))]
 
 
 class PositionEmbeddingRule:
@@ -320,7 +349,7 @@ class PositionEmbeddingRule:
     return [layer.position_embeddings]
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> rule_types.PerRecordGradients:
     if tap.kwargs.get("start_index", 0) != 0 or tap.kwargs.get(
         "positions") is not None or len(tap.args) > 1:
       raise linear.FastPathUnavailable(
@@ -333,18 +362,21 @@ class PositionEmbeddingRule:
     per_record = tf.reduce_sum(tf.reshape(
         per_example, [records, -1, length, tf.shape(g)[-1]]), 1)
     pad = layer.position_embeddings.shape[0] - length
-    return {"per_record": tf.pad(per_record, [[0, 0], [0, pad], [0, 0]])}
+    return rule_types.PerRecordGradients(
+        [tf.pad(per_record, [[0, 0], [0, pad], [0, 0]])])
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    return [linear.exact_sq_norms(state["per_record"])]
+  def sq_norms(self, state: rule_types.PerRecordGradients
+               ) -> List[tf.Tensor]:
+    return [linear.exact_sq_norms(state.per_record[0])]
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: rule_types.PerRecordGradients,
+                   scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    return [tf.tensordot(scales[0], linear.mask(state["per_record"], keep),
+    return [tf.tensordot(scales[0], linear.mask(state.per_record[0], keep),
                          axes=[[0], [0]])]
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   for keras in modules:
     reversible = getattr(keras.layers, "ReversibleEmbedding", None)
@@ -352,6 +384,6 @@ def register_all(register: Callable[[type, Any], None],
       register(reversible, ReversibleEmbeddingRule())
 
 
-def register_keras_hub(register: Callable[[type, Any], None],
+def register_keras_hub(register: rule_types.Register,
                        keras_hub: Any) -> None:
   register(keras_hub.layers.PositionEmbedding, PositionEmbeddingRule())

@@ -29,7 +29,9 @@ rank-2 matmuls: see the shared TF facts).
 """
 
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+import dataclasses
+from typing import (Any, Iterator, List, Optional, Protocol, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 import tensorflow as tf
@@ -40,9 +42,6 @@ from tf_dp.keras.fast import taps as taps_lib
 # A number of records: a Python int when known at trace time, else a scalar
 # int32 tensor.
 Records = Union[int, tf.Tensor]
-# A rule's state for one layer and batch (``prepare``'s result), read by its
-# ``sq_norms`` and ``clipped_sums``.
-RuleState = Dict[str, Any]
 
 
 class FastPathUnavailable(Exception):
@@ -456,13 +455,9 @@ def bias_grads(out_grad: tf.Tensor, bias_shape: Sequence[Optional[int]],
   return tf.reduce_sum(tf.reshape(g, [records, -1] + bias_shape), 1)
 
 
-class LinearRule:
-  """Base rule for a kernel (and optional bias) with z = f(x, kernel) + b.
-
-  Subclasses give ``kernel_rows(layer, x, g, records) -> (a, g)`` in the
-  grouped-row layout above and ``kernel_sum(layer, x, g)``: the kernel
-  gradient of the batch for output gradient g (already scaled per record).
-  """
+class KernelRule:
+  """What rules of a layer with kernels (and an optional bias) share: the
+  variables they account for, tapped before the activation."""
 
   pre_activation = True
 
@@ -474,7 +469,7 @@ class LinearRule:
     return layer.kernel
 
   def kernel_variables(self, layer: Any) -> List[Any]:
-    """The variables ``kernel_part_sq_norms`` accounts for (the kernel)."""
+    """The variables ``kernel_part`` accounts for (the kernel)."""
     return [self.kernel(layer)]
 
   def variables(self, layer: Any) -> List[Any]:
@@ -484,6 +479,18 @@ class LinearRule:
       out.append(layer.bias)
     return out
 
+  def has_bias(self, layer: Any) -> bool:
+    return len(self.variables(layer)) > len(self.kernel_variables(layer))
+
+
+class LinearRule(KernelRule):
+  """Base rule for a kernel (and optional bias) with z = f(x, kernel) + b.
+
+  Subclasses give ``kernel_rows(layer, x, g, records) -> (a, g)`` in the
+  grouped-row layout above and ``kernel_sum(layer, x, g)``: the kernel
+  gradient of the batch for output gradient g (already scaled per record).
+  """
+
   def kernel_rows(self, layer: Any, x: tf.Tensor, g: tf.Tensor,
                   records: Records) -> Tuple[tf.Tensor, tf.Tensor]:
     raise NotImplementedError
@@ -492,49 +499,45 @@ class LinearRule:
     raise NotImplementedError
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
-              records: Records) -> RuleState:
+              records: Records) -> "LinearState":
     x = tf.cast(tf.convert_to_tensor(tap.args[0]), out_grad.dtype)
-    return {"layer": layer, "x": x, "g": out_grad, "records": records}
+    return self._state(layer, [(x, out_grad)], records)
 
   def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
                     out_grads: Sequence[tf.Tensor],
-                    records: Records) -> RuleState:
+                    records: Records) -> "LinearState":
     """A layer called several times in one forward pass (a shared layer):
     a record's kernel gradient is the sum over calls of ``A_i^T G_i``,
     that is ``A^T G`` for the rows of every call concatenated along
     positions, whose ghost or materialised norm includes the cross terms
     between calls and is certified as for one call; the clipped sum adds
     each call's kernel sum."""
-    calls = [self.prepare(layer, tap, grad, records)
-             for tap, grad in zip(taps, out_grads)]
-    return {"layer": layer, "records": records, "calls": calls}
+    return self._state(layer, [
+        (tf.cast(tf.convert_to_tensor(tap.args[0]), grad.dtype), grad)
+        for tap, grad in zip(taps, out_grads)], records)
 
-  def _calls_sq_norms(self, state: RuleState) -> List[tf.Tensor]:
-    layer, records = state["layer"], state["records"]
-    rows = [self.kernel_rows(layer, c["x"], c["g"], records)
-            for c in state["calls"]]
-    a = tf.concat([tf.cast(r[0], r[1].dtype) for r in rows], 1)
-    norms = [kernel_sq_norms(a, tf.concat([r[1] for r in rows], 1),
-                             records)]
+  def _state(self, layer: Any, calls: List[Tuple[tf.Tensor, tf.Tensor]],
+             records: Records) -> "LinearState":
+    kernel = self.kernel_part(layer, calls, records)
+    biases = None
     if self.has_bias(layer):
-      state["bias_grads"] = tf.add_n([
-          bias_grads(c["g"], layer.bias.shape, records)
-          for c in state["calls"]])
-      norms.append(exact_sq_norms(state["bias_grads"]))
-    return norms
+      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
+      per_call = [bias_grads(g, layer.bias.shape, records) for _, g in calls]
+      biases = per_call[0] if len(per_call) == 1 else tf.add_n(per_call)
+    return LinearState(layer, kernel, biases)
 
-  def _calls_sums(self, state: RuleState, scales: List[tf.Tensor],
-                  keep: tf.Tensor) -> List[tf.Tensor]:
-    layer, records = state["layer"], state["records"]
-    total = tf.add_n([self.kernel_sum(
-        layer, per_example(c["x"], records, keep),
-        per_example(per_example(c["g"], records, keep), records, scales[0]))
-                      for c in state["calls"]])
-    out = [tf.reshape(total, tf.shape(self.kernel(layer)))]
-    if len(scales) > 1:
-      bias = mask(state["bias_grads"], keep)
-      out.append(tf.tensordot(scales[1], bias, axes=[[0], [0]]))
-    return out
+  def kernel_part(self, layer: Any, calls: List[Tuple[tf.Tensor, tf.Tensor]],
+                  records: Records) -> "KernelPart":
+    """The norms and clipped sums of ``kernel_variables`` for the layer's
+    ``calls`` (``(input, output gradient)`` each)."""
+    if len(calls) == 1:
+      x, g = calls[0]
+      norms, grads = self.kernel_norms_and_grads(layer, x, g, records)
+      return KernelCalls(self, layer, records, calls, norms, grads)
+    rows = [self.kernel_rows(layer, x, g, records) for x, g in calls]
+    a = tf.concat([tf.cast(r[0], r[1].dtype) for r in rows], 1)
+    norms = kernel_sq_norms(a, tf.concat([r[1] for r in rows], 1), records)
+    return KernelCalls(self, layer, records, calls, norms)
 
   def kernel_norms_and_grads(
       self, layer: Any, x: tf.Tensor, g: tf.Tensor,
@@ -554,51 +557,72 @@ class LinearRule:
     """``[R]`` certified squared norms of each record's kernel gradient."""
     return self.kernel_norms_and_grads(layer, x, g, records)[0]
 
-  def has_bias(self, layer: Any) -> bool:
-    return len(self.variables(layer)) > len(self.kernel_variables(layer))
-
-  def kernel_part_sq_norms(self, state: RuleState) -> List[tf.Tensor]:
-    """``[R]`` squared norms per variable of ``kernel_variables``."""
-    kernel_norms, state["kernel_grads"] = self.kernel_norms_and_grads(
-        state["layer"], state["x"], state["g"], state["records"])
-    return [kernel_norms]
-
-  def kernel_part_sums(self, state: RuleState, scales: List[tf.Tensor],
-                       keep: tf.Tensor) -> List[tf.Tensor]:
-    """Clipped sums per variable of ``kernel_variables``."""
-    layer, records = state["layer"], state["records"]
-    kernel = self.kernel(layer)
-    if state.get("kernel_grads") is not None:
-      total = tf.tensordot(scales[0], mask(state["kernel_grads"], keep),
-                           axes=[[0], [0]])
-    else:
-      x = per_example(state["x"], records, keep)
-      g = per_example(state["g"], records, keep)
-      total = self.kernel_sum(layer, x, per_example(g, records, scales[0]))
-    return [tf.reshape(total, tf.shape(kernel))]
-
-  def sq_norms(self, state: RuleState) -> List[tf.Tensor]:
-    if "calls" in state:
-      return self._calls_sq_norms(state)
-    layer, records = state["layer"], state["records"]
-    norms = self.kernel_part_sq_norms(state)
-    if self.has_bias(layer):
-      # Kept for clipped_sums: the bias's clipped sum is their weighted sum.
-      state["bias_grads"] = bias_grads(state["g"], layer.bias.shape, records)
-      norms.append(exact_sq_norms(state["bias_grads"]))
+  def sq_norms(self, state: "LinearState") -> List[tf.Tensor]:
+    norms = state.kernel.sq_norms()
+    if state.bias_grads is not None:
+      norms.append(exact_sq_norms(state.bias_grads))
     return norms
 
-  def clipped_sums(self, state: RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: "LinearState", scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
-    if "calls" in state:
-      return self._calls_sums(state, scales, keep)
-    layer = state["layer"]
-    parts = len(self.kernel_variables(layer))
-    out = self.kernel_part_sums(state, scales[:parts], keep)
-    if len(scales) > parts:
-      bias = mask(state["bias_grads"], keep)
+    parts = len(self.kernel_variables(state.layer))
+    out = state.kernel.clipped_sums(scales[:parts], keep)
+    if len(scales) > parts and state.bias_grads is not None:
+      bias = mask(state.bias_grads, keep)
       out.append(tf.tensordot(scales[parts], bias, axes=[[0], [0]]))
     return out
+
+
+class KernelPart(Protocol):
+  """The kernel variables' share of a linear rule's state: per-record
+  squared norms, and clipped sums formed from the tensors the norms
+  bound."""
+
+  def sq_norms(self) -> List[tf.Tensor]:
+    """``[R]`` squared norms, one per kernel variable."""
+
+  def clipped_sums(self, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
+    """Clipped sums, one per kernel variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCalls:
+  """A kernel's calls (``(input, output gradient)`` each), their certified
+  norms, and each record's kernel gradient where the rule materialised it
+  for one call (the clipped sum is then formed from it)."""
+  rule: LinearRule
+  layer: Any
+  records: Records
+  calls: List[Tuple[tf.Tensor, tf.Tensor]]
+  norms: tf.Tensor
+  grads: Optional[tf.Tensor] = None
+
+  def sq_norms(self) -> List[tf.Tensor]:
+    return [self.norms]
+
+  def clipped_sums(self, scales: List[tf.Tensor],
+                   keep: tf.Tensor) -> List[tf.Tensor]:
+    kernel = self.rule.kernel(self.layer)
+    if self.grads is not None:
+      total = tf.tensordot(scales[0], mask(self.grads, keep), axes=[[0], [0]])
+    else:
+      records = self.records
+      sums = [self.rule.kernel_sum(
+          self.layer, per_example(x, records, keep),
+          per_example(per_example(g, records, keep), records, scales[0]))
+              for x, g in self.calls]
+      total = sums[0] if len(sums) == 1 else tf.add_n(sums)
+    return [tf.reshape(total, tf.shape(kernel))]
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearState:
+  """A linear rule's state: the kernel part, and the per-record bias
+  gradients ``[R, *bias.shape]`` (None without a bias)."""
+  layer: Any
+  kernel: KernelPart
+  bias_grads: Optional[tf.Tensor] = None
 
 
 def matmul_kernel_sum(x: tf.Tensor, g: tf.Tensor) -> tf.Tensor:

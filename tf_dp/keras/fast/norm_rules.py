@@ -4,11 +4,12 @@ gradients are small ([C]), so per-record gradients are materialised:
 ``sum_positions g * x_hat`` and ``sum_positions g``.
 """
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
 
@@ -29,7 +30,7 @@ class _AffineNormRule:
     return out
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: tf.Tensor,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> rule_types.PerRecordGradients:
     x = tf.cast(tap.args[0], out_grad.dtype)
     if _last_axis(layer) not in (-1, x.shape.rank - 1):
       raise linear.FastPathUnavailable(
@@ -42,24 +43,25 @@ class _AffineNormRule:
       per_record.append(tf.reduce_sum(g * x_hat, 1))
     if layer.center:
       per_record.append(tf.reduce_sum(g, 1))
-    return {"per_record": per_record}
+    return rule_types.PerRecordGradients(per_record)
 
   def prepare_calls(self, layer: Any, taps: Sequence[taps_lib.Tap],
                     out_grads: Sequence[Any],
-                    records: linear.Records) -> linear.RuleState:
+                    records: linear.Records) -> rule_types.PerRecordGradients:
     """A shared layer: each record's gradients summed over the calls."""
     states = [self.prepare(layer, tap, grad, records)
               for tap, grad in zip(taps, out_grads)]
-    return {"per_record": [tf.add_n(list(parts)) for parts in zip(
-        *(state["per_record"] for state in states))]}
+    return rule_types.PerRecordGradients([tf.add_n(list(parts)) for parts in zip(
+        *(state.per_record for state in states))])
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
-    return [linear.exact_sq_norms(p) for p in state["per_record"]]
+  def sq_norms(self, state: rule_types.PerRecordGradients) -> List[tf.Tensor]:
+    return [linear.exact_sq_norms(p) for p in state.per_record]
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: rule_types.PerRecordGradients,
+                   scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
-            for p, s in zip(state["per_record"], scales)]
+            for p, s in zip(state.per_record, scales)]
 
 
 def _last_axis(layer: Any) -> Optional[int]:
@@ -115,20 +117,20 @@ class RMSNormalizationRule:
     return [layer.scale]
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> rule_types.PerRecordGradients:
     x = tf.cast(tap.args[0], tf.float32)
     mean_square = tf.reduce_mean(tf.square(x), -1, keepdims=True)
     x_hat = x * tf.math.rsqrt(mean_square + getattr(layer, "epsilon", 1e-6))
     g = linear.per_record(tf.cast(out_grad, tf.float32), records)
-    return {"per_record": [tf.reduce_sum(
-        g * linear.per_record(x_hat, records), 1)]}
+    return rule_types.PerRecordGradients([tf.reduce_sum(
+        g * linear.per_record(x_hat, records), 1)])
 
   prepare_calls = _AffineNormRule.prepare_calls
   sq_norms = _AffineNormRule.sq_norms
   clipped_sums = _AffineNormRule.clipped_sums
 
 
-def register_keras_hub(register: Callable[[type, Any], None],
+def register_keras_hub(register: rule_types.Register,
                        keras_hub: Any) -> None:
   """Rules for KerasHub's own normalisation layers."""
   # pylint: disable=g-import-not-at-top
@@ -138,7 +140,7 @@ def register_keras_hub(register: Callable[[type, Any], None],
     register(cls, RMSNormalizationRule())
 
 
-def register_all(register: Callable[[type, Any], None],
+def register_all(register: rule_types.Register,
                  modules: Sequence[Any]) -> None:
   for keras in modules:
     register(keras.layers.LayerNormalization, LayerNormalizationRule())

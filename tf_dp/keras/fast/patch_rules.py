@@ -27,7 +27,8 @@ whose rows are not examples, so only this layer's rule can attribute its
 gradient to records.
 """
 
-from typing import Any, Callable, List
+import dataclasses
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
@@ -35,9 +36,20 @@ from tf_dp.keras import backend
 from tf_dp.keras.fast import conv_rules
 from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
 _CONV = conv_rules.ConvRule()
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchEmbeddingState:
+  """Per record, the gradients of the trained parts (None: not trained):
+  the class token's ``[R, 1, 1, D]``, the position table's ``[R, V, D]``,
+  and the patch convolution's (``ConvRule``'s state)."""
+  token: Optional[tf.Tensor]
+  table: Optional[tf.Tensor]
+  conv: Optional[linear.LinearState] = None
 
 
 class ViTPatchingAndEmbeddingRule:
@@ -87,62 +99,62 @@ class ViTPatchingAndEmbeddingRule:
     return out
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> PatchEmbeddingState:
     g = tf.convert_to_tensor(out_grad)
     start = 1 if layer.use_class_token else 0
-    state = {"records": records}
     per_record = lambda t: tf.reduce_sum(tf.reshape(
         t, tf.concat([[records, -1], tf.shape(t)[1:]], 0)), 1)
+    token = table_grads = None
     if self._class_token(layer) is not None:
-      state["token"] = tf.reshape(per_record(g[:, 0]), [records, 1, 1, -1])
+      token = tf.reshape(per_record(g[:, 0]), [records, 1, 1, -1])
     if self._trains_table(layer):
       table = layer.position_embedding
       ids = tf.reshape(tf.cast(layer.position_ids, tf.int32), [-1])
       rows = tf.transpose(per_record(g), [1, 0, 2])  # [T, R, D]
-      state["table"] = tf.transpose(tf.math.unsorted_segment_sum(
+      table_grads = tf.transpose(tf.math.unsorted_segment_sum(
           rows, ids, table.input_dim), [1, 0, 2])  # [R, V, D]
-    if self._trains_conv(layer):
-      conv = layer.patch_embedding
-      x = tf.convert_to_tensor(tap.args[0])
-      grid = [x.shape[1] // conv.kernel_size[0],
-              x.shape[2] // conv.kernel_size[1]]
-      if None in grid:
-        grid = [tf.shape(x)[1] // conv.kernel_size[0],
-                tf.shape(x)[2] // conv.kernel_size[1]]
-      conv_grad = tf.reshape(g[:, start:], [tf.shape(g)[0], grid[0],
-                                            grid[1], g.shape[-1]])
-      state["conv"] = _CONV.prepare(
-          conv, taps_lib.Tap(conv, (x,), {}, None), conv_grad, records)
-    return state
+    if not self._trains_conv(layer):
+      return PatchEmbeddingState(token, table_grads)
+    conv = layer.patch_embedding
+    x = tf.convert_to_tensor(tap.args[0])
+    grid = [x.shape[1] // conv.kernel_size[0],
+            x.shape[2] // conv.kernel_size[1]]
+    if None in grid:
+      grid = [tf.shape(x)[1] // conv.kernel_size[0],
+              tf.shape(x)[2] // conv.kernel_size[1]]
+    conv_grad = tf.reshape(g[:, start:], [tf.shape(g)[0], grid[0],
+                                          grid[1], g.shape[-1]])
+    return PatchEmbeddingState(token, table_grads, _CONV.prepare(
+        conv, taps_lib.Tap(conv, (x,), {}, None), conv_grad, records))
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
+  def sq_norms(self, state: PatchEmbeddingState) -> List[tf.Tensor]:
     out = []
-    if "token" in state:
-      out.append(linear.exact_sq_norms(state["token"]))
-    if "conv" in state:
-      out.extend(_CONV.sq_norms(state["conv"]))
-    if "table" in state:
-      out.append(linear.exact_sq_norms(state["table"]))
+    if state.token is not None:
+      out.append(linear.exact_sq_norms(state.token))
+    if state.conv is not None:
+      out.extend(_CONV.sq_norms(state.conv))
+    if state.table is not None:
+      out.append(linear.exact_sq_norms(state.table))
     return out
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: PatchEmbeddingState, scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
     scales = list(scales)
     materialised = lambda t, s: tf.tensordot(s, linear.mask(t, keep),
                                              axes=[[0], [0]])
     out = []
-    if "token" in state:
-      out.append(materialised(state["token"], scales.pop(0)))
-    if "conv" in state:
-      parts = len(_CONV.variables(state["conv"]["layer"]))
-      out.extend(_CONV.clipped_sums(state["conv"], scales[:parts], keep))
+    if state.token is not None:
+      out.append(materialised(state.token, scales.pop(0)))
+    if state.conv is not None:
+      parts = len(_CONV.variables(state.conv.layer))
+      out.extend(_CONV.clipped_sums(state.conv, scales[:parts], keep))
       scales = scales[parts:]
-    if "table" in state:
-      out.append(materialised(state["table"], scales.pop(0)))
+    if state.table is not None:
+      out.append(materialised(state.table, scales.pop(0)))
     return out
 
 
-def register_keras_hub(register: Callable[[type, Any], None],
+def register_keras_hub(register: rule_types.Register,
                        keras_hub: Any) -> None:
   """The rule for KerasHub's ViT patch embedding."""
   # pylint: disable=g-import-not-at-top

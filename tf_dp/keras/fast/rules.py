@@ -1,21 +1,23 @@
 """The registry of per-layer rules: per-record squared gradient norms and
 clipped sums of one layer's trainable variables.
 
-A rule answers for one layer class:
+A rule answers for one layer class (``rule_types.Rule``):
   * ``supports(layer)``: can it handle this configuration?
   * ``pre_activation``: tap z before the activation (Dense, Conv, ...).
   * ``variables(layer)``: the variables it accounts for.
   * ``prepare(layer, tap, out_grad, records)``: per-record tensors (the
     tap's floating tensors and ``out_grad`` arrive in float32 unless the
-    rule sets ``float32_taps = False``; norms and sums are float32).
+    rule sets ``float32_taps = False``, ``rule_types.TapDtypeRule``; norms
+    and sums are float32).
   * ``sq_norms(state)``: ``[R]`` squared norm per variable.
   * ``clipped_sums(state, scales, keep)``: ``sum_r scales_v[r] * grad_v[r]``
     per variable (records to drop have ``keep`` false and are masked, so
     NaN or inf in a dropped record cannot leak into the sum).
-  * optionally ``prepare_calls(layer, taps, out_grads, records)``: the state
-    of a layer called several times in one forward pass, whose per-record
-    gradient is the sum over its calls (shared layers, tied embeddings);
-    without it such a layer makes the fast path unavailable.
+  * optionally ``prepare_calls(layer, taps, out_grads, records)``
+    (``rule_types.MultiCallRule``): the state of a layer called several
+    times in one forward pass, whose per-record gradient is the sum over its
+    calls (shared layers, tied embeddings); without it such a layer makes
+    the fast path unavailable.
 
 Rules are looked up by class. A subclass uses its parent's rule only if
 neither it nor any class between it and the parent defines anything but
@@ -24,7 +26,8 @@ shape inference, docstrings): its forward pass is then the parent's
 ``call`` on the parent's attributes, which the rule reads. A subclass that
 defines ``call``, ``build``, a property or any helper does not inherit the
 rule (its name never matters); register one with ``register_rule(MyLayer,
-rule)``. Layers without a rule get ``LocalVectorizedRule`` (exact, slower).
+rule)``, or decorate the rule's class with ``@register_rule_class(MyLayer)``.
+Layers without a rule get ``LocalVectorizedRule`` (exact, slower).
 
 A layer whose trainable variables all belong to its sublayers (a
 transformer block, MultiHeadAttention) needs no rule: the fast path taps
@@ -48,6 +51,7 @@ layers once ``keras_hub`` is imported.
 
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TypeVar
 
 import tensorflow as tf
 
@@ -56,46 +60,62 @@ from tf_dp.keras import per_example
 from tf_dp.keras.fast import einsum_rule
 from tf_dp.keras.fast import embedding_rules
 from tf_dp.keras.fast import linear
+from tf_dp.keras.fast import rule_types
 from tf_dp.keras.fast import taps as taps_lib
 
-_RULES: Dict[type, Any] = {}
-_COMPOSITES: Set[type] = set()
+_REGISTRY = rule_types.RuleRegistry()
 # The flavours (adapter names) whose built-in rules are registered.
 _FLAVOURS_REGISTERED: Set[str] = set()
 _KERAS_HUB_REGISTERED = False
 
 
-def register_rule(layer_class: type, rule: Any) -> None:
+def register_rule(layer_class: type, rule: rule_types.Rule[Any]) -> None:
   """Registers ``rule`` for layers whose type is exactly ``layer_class``.
 
   Args:
     layer_class: A Keras layer class (not a name; subclasses are not
       covered: register them explicitly).
-    rule: An object with the rule interface (see this module's docstring).
+    rule: An object with the rule interface (``rule_types.Rule``; see this
+      module's docstring).
 
   Raises:
     TypeError: if ``layer_class`` is not a class.
   """
-  if not isinstance(layer_class, type):
-    raise TypeError("register_rule expects a layer class, got "
-                    f"{layer_class!r}: rules are keyed by class, not by name.")
   _ensure_builtins()
-  _RULES[layer_class] = rule
+  _REGISTRY.add(layer_class, rule)
+
+
+_RuleClass = TypeVar("_RuleClass", bound=type)
+
+
+def register_rule_class(*layer_classes: type
+                        ) -> Callable[[_RuleClass], _RuleClass]:
+  """A class decorator: registers an instance of the decorated rule class
+  (built without arguments) for layers of exactly each of
+  ``layer_classes``, as ``register_rule`` does.
+
+  Raises:
+    TypeError: if one of ``layer_classes`` is not a class.
+
+  Example:
+    >>> @tf_dp.keras.fast.register_rule_class(MyDense)
+    ... class MyDenseRule(tf_dp.keras.fast.rules.DenseRule):
+    ...   pass
+  """
+  _ensure_builtins()
+  return _REGISTRY.rule_class(*layer_classes)
 
 
 def register_composite(layer_class: type) -> None:
   """Taps the sublayers of layers of exactly this class, not the layer
   (needed only for a class that has a rule: a layer whose trainable
   variables all belong to sublayers is tapped through them anyway)."""
-  if not isinstance(layer_class, type):
-    raise TypeError(f"register_composite expects a class, got "
-                    f"{layer_class!r}.")
-  _COMPOSITES.add(layer_class)
+  _REGISTRY.add_composite(layer_class)
 
 
 def is_composite(layer: Any) -> bool:
   _ensure_builtins()
-  return type(layer) in _COMPOSITES
+  return _REGISTRY.is_composite(type(layer))
 
 
 # What a subclass may define and still compute what its parent's call
@@ -118,22 +138,22 @@ def ruled_class(cls: type) -> Optional[type]:
   """
   _ensure_builtins()
   for klass in cls.__mro__:
-    if klass in _RULES:
+    if klass in _REGISTRY:
       return klass
     if set(vars(klass)) - _NEUTRAL_NAMES:
       return None
   return None
 
 
-def rule_for(layer: Any) -> Any:
+def rule_for(layer: Any) -> Optional[rule_types.Rule[Any]]:
   """The rule for ``layer``'s class (``ruled_class``) if it supports the
   layer, else None. A layer whose ``call`` was replaced on the instance
   has no rule."""
   klass = ruled_class(type(layer))
   if klass is None or "call" in vars(layer):
     return None
-  rule = _RULES[klass]
-  if rule.supports(layer):
+  rule = _REGISTRY.get(klass)
+  if rule is not None and rule.supports(layer):
     return rule
   return None
 
@@ -205,6 +225,9 @@ class LocalVectorizedRule:
     self._layout = layout
     self._without_activation = without_activation
 
+  def supports(self, layer: Any) -> bool:
+    return True  # Any layer: it re-runs the layer's own call.
+
   def variables(self, layer: Any) -> List[Any]:
     return list(layer.trainable_variables)
 
@@ -242,7 +265,7 @@ class LocalVectorizedRule:
         layer.activation = activation
 
   def prepare(self, layer: Any, tap: taps_lib.Tap, out_grad: Any,
-              records: linear.Records) -> linear.RuleState:
+              records: linear.Records) -> rule_types.PerRecordGradients:
     variables = self.variables(layer)
     flat_args, flat_grads = tf.nest.flatten(tap.args), tf.nest.flatten(
         out_grad)
@@ -280,17 +303,20 @@ class LocalVectorizedRule:
 
     per_record = per_example.map_records(
         one, mapped, loop=per_example.is_masked_rnn(layer, kwargs.get("mask")))
-    return {"per_record": [tf.cast(p, tf.float32) for p in per_record]}
+    return rule_types.PerRecordGradients(
+        [tf.cast(p, tf.float32) for p in per_record])
 
-  def sq_norms(self, state: linear.RuleState) -> List[tf.Tensor]:
+  def sq_norms(self, state: rule_types.PerRecordGradients
+               ) -> List[tf.Tensor]:
     # What each record adds is these tensors: float64 sums of squares
     # raised by the cast margin never fall below their squared norms.
-    return [linear.exact_sq_norms(p) for p in state["per_record"]]
+    return [linear.exact_sq_norms(p) for p in state.per_record]
 
-  def clipped_sums(self, state: linear.RuleState, scales: List[tf.Tensor],
+  def clipped_sums(self, state: rule_types.PerRecordGradients,
+                   scales: List[tf.Tensor],
                    keep: tf.Tensor) -> List[tf.Tensor]:
     return [tf.tensordot(s, linear.mask(p, keep), axes=[[0], [0]])
-            for p, s in zip(state["per_record"], scales)]
+            for p, s in zip(state.per_record, scales)]
 
 
 def _ensure_builtins() -> None:
@@ -303,14 +329,14 @@ def _ensure_builtins() -> None:
   from tf_dp.keras.fast import norm_rules
   from tf_dp.keras.fast import patch_rules
   # pylint: enable=g-import-not-at-top
-  register = _RULES.__setitem__
+  register = _REGISTRY.add
   new = [a for a in backend.imported() if a.NAME not in _FLAVOURS_REGISTERED]
   if new:
     _FLAVOURS_REGISTERED.update(a.NAME for a in new)
     modules = [adapter.imported_module() for adapter in new]
     for keras in modules:
-      _RULES[keras.layers.Dense] = DenseRule()
-      _RULES[keras.layers.Embedding] = embedding_rules.EmbeddingRule()
+      register(keras.layers.Dense, DenseRule())
+      register(keras.layers.Embedding, embedding_rules.EmbeddingRule())
     for module in (conv_rules, einsum_rule, norm_rules, embedding_rules):
       module.register_all(register, modules)
   keras_hub = sys.modules.get("keras_hub")

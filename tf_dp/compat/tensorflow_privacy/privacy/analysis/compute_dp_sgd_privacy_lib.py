@@ -154,9 +154,10 @@ def _user_level(args, max_examples_per_user, used_microbatching, q, acc):
     return textwrap.fill(
         "No user-level privacy guarantee is possible without a bound on the "
         "number of examples per user.", width=80), [0.0, 0.0]
-  user = [_user_epsilon(*args, max_examples_per_user, used_microbatching, s,
-                        acc) for s in (None, q)]
-  delta = args[2]
+  num_epochs, noise_multiplier, delta = args
+  user = [_user_epsilon(num_epochs, noise_multiplier, delta,
+                        max_examples_per_user, used_microbatching, s, acc)
+          for s in (None, q)]
   return textwrap.fill(
       f"User-level DP with add-or-remove-one adjacency at delta = {delta} "
       f"computed using tf_dp's {acc.value} accounting and group privacy "

@@ -32,9 +32,9 @@ def _path_names(structure, prefix=()):
   if isinstance(structure, dict):
     items = sorted(structure.items())
   elif isinstance(structure, tuple) and hasattr(structure, "_fields"):
-    items = zip(structure._fields, structure)
+    items = list(zip(structure._fields, structure))
   elif isinstance(structure, (list, tuple)):
-    items = enumerate(structure)
+    items = list(enumerate(structure))
   else:
     return ["/".join(str(p) for p in prefix)]
   return [path for key, value in items

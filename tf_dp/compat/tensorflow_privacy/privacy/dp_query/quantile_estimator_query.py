@@ -16,6 +16,7 @@ docstring).
 """
 
 import collections
+from typing import TYPE_CHECKING
 import warnings
 
 import tensorflow as tf
@@ -43,7 +44,14 @@ QuantileEstimatorParams = collections.namedtuple(
     "QuantileEstimatorParams", ["current_estimate", "below_estimate_params"])
 
 
-class _TFPrivacyState:
+if TYPE_CHECKING:
+  # What the mixin is mixed into: its ``super()`` and attributes.
+  _Estimator = quantile_estimator_query.QuantileEstimatorQuery
+else:
+  _Estimator = object
+
+
+class _TFPrivacyState(_Estimator):
   """TF Privacy's state and parameters around a tf_dp quantile estimator
   (the computation is tf_dp's, on the state converted back)."""
 

@@ -103,7 +103,7 @@ def _convert_models_on_compile():
       private_model.make_private(self)
     return keras_compile(self, optimizer, *args, **kwargs)
 
-  compile.converts_for_tf_dp = True
+  setattr(compile, "converts_for_tf_dp", True)  # Read back above.
   model_class.compile = compile
 
 

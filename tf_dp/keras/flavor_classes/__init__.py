@@ -4,10 +4,10 @@
 Keras 3 ones (``register_saved_classes``), whose loader finds classes by
 their registered names only; the others are imported on first use.
 
-A module apart from the adapters: these classes subclass the flavour's own
-Keras classes and build on what the adapters serve (the DP optimizers on
-the Keras front end, which asks the adapters), so the adapters cannot
-import them.
+They stand above the Keras adapters (``tf_dp.keras.backend``): they
+subclass the bases an adapter serves (``keras3_bases``, ``keras2_bases``,
+which hold every Keras private API they need) and build on tf_dp's engine
+(``dp_engine``, ``optimizer_base``, ``dp_batch_norm``).
 """
 
 import types
@@ -21,12 +21,12 @@ def _classes(adapter: types.ModuleType) -> Tuple[type, type]:
   flavour, imported on first use."""
   # pylint: disable=g-import-not-at-top
   if adapter is keras3:
-    from tf_dp.keras.backend import keras3_layers
-    from tf_dp.keras.backend import keras3_optimizer
+    from tf_dp.keras.flavor_classes import keras3_layers
+    from tf_dp.keras.flavor_classes import keras3_optimizer
     return (keras3_optimizer.DPOptimizerKeras3,
             keras3_layers.DPBatchNormalization)
-  from tf_dp.keras.backend import keras2_layers
-  from tf_dp.keras.backend import keras2_optimizer
+  from tf_dp.keras.flavor_classes import keras2_layers
+  from tf_dp.keras.flavor_classes import keras2_optimizer
   return (keras2_optimizer.DPOptimizerKeras2,
           keras2_layers.DPBatchNormalization)
 
@@ -51,7 +51,7 @@ def register_saved_classes() -> None:
   (``"tf_dp>DPOptimizerKeras3"``, ``"tf_dp>DPBatchNormalization"``), which
   importing the class registers; without this, ``load_model`` in a fresh
   process could not find them. Keras 2's loaders import the module a file
-  records (``tf_dp.keras.backend.keras2_optimizer``,
+  records (``tf_dp.keras.flavor_classes.keras2_optimizer``,
   ``tf_dp.keras.layers_keras2``), so its classes stay imported on first use,
   and no Keras 2 package is imported here.
   """

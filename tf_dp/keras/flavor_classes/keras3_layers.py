@@ -1,13 +1,12 @@
 """``DPBatchNormalization`` for Keras 3 (``tf_dp.keras.layers``)."""
 
-import keras
-
 from tf_dp.keras import dp_batch_norm
+from tf_dp.keras.backend import keras3_bases
 
 
-@keras.saving.register_keras_serializable(package="tf_dp")
+@keras3_bases.register_layer
 class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
-                           keras.layers.Layer):
+                           keras3_bases.Layer):
   """Batch normalisation with DP statistics (Keras 3); see dp_batch_norm.
 
   Registered as ``"tf_dp>DPBatchNormalization"``, so

@@ -1,15 +1,12 @@
 """``DPBatchNormalization`` for Keras 2 (tf-keras, or tf.keras on TF 2.15)."""
 
-from typing import Any
-
 from tf_dp.keras import dp_batch_norm
-from tf_dp.keras.backend import keras2
-
-_keras: Any = keras2.module()
+from tf_dp.keras.backend import keras2_bases
 
 
+@keras2_bases.register_layer
 class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
-                           _keras.layers.Layer):
+                           keras2_bases.Layer):
   """Batch normalisation with DP statistics (Keras 2); see dp_batch_norm.
 
   Saved under the names it always had: ``"tf_dp>DPBatchNormalization"``
@@ -27,8 +24,3 @@ class DPBatchNormalization(dp_batch_norm.DPBatchNormalizationMixin,
   # Its public home, which saved models record (Keras 2's loader imports
   # it).
   __module__ = "tf_dp.keras.layers_keras2"
-
-
-if not _keras.__name__.startswith("tf_keras"):
-  _keras.utils.register_keras_serializable(package="tf_dp")(
-      DPBatchNormalization)
