@@ -363,6 +363,18 @@ def train_initial_weights():
           helpers.build_model(K, "dense").trainable_variables]
 
 
+def run_auto_sharded():
+  """A sampler's dataset given to experimental_distribute_dataset (each
+  worker would split its own draw): refused by tf.data's auto-sharding."""
+  x, y = helpers.make_data("dense", 40, seed=1)
+  lots = tf_dp.data.poisson_sampled_batches(x, y, 0.3, 2)
+  try:
+    next(iter(strategy.experimental_distribute_dataset(lots)))
+    return {"refusal": None}
+  except Exception as e:  # pylint: disable=broad-except
+    return {"refusal": f"{type(e).__name__}: {e}"[:500]}
+
+
 def run_shared_key():
   from tf_dp.data import distributed  # pylint: disable=g-import-not-at-top
   from tf_dp.data import lots as lots_lib  # pylint: disable=g-import-not-at-top
@@ -507,6 +519,8 @@ def run(mode):
     out.update(run_sampled(kind, route))
   elif mode.startswith("resume_"):
     out.update(run_resume(mode[len("resume_"):]))
+  elif mode == "auto_sharded":
+    out.update(run_auto_sharded())
   elif mode == "shared_key":
     out.update(run_shared_key())
   elif mode.startswith("user"):

@@ -82,7 +82,7 @@ NOISE_RUNS = (("sampled_noise", "fit"), ("secure_noise", "loop"))
 _MODES = (["exact", "noise", "shared_key"]
           + [f"sampled_{k}_{r}" for k, r in SAMPLED_RUNS]
           + [f"{n}_{r}" for n, r in NOISE_RUNS]
-          + ["resume_fit", "poisson"])
+          + ["resume_fit", "auto_sharded", "poisson"])
 MULTI_WORKER_MODES = ",".join(_MODES)
 @functools.lru_cache(maxsize=None)
 def _two_worker_results(flavor, modes):
@@ -261,6 +261,18 @@ def test_multi_worker_refuses_lots_it_cannot_redraw(flavor):
     assert "cannot be redrawn" in result["refusal"]
     assert "distribute_lots" in result["refusal"]
     assert result["ledger_samples"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_multi_worker_auto_sharding_of_a_samplers_lots_fails(flavor):
+  """A sampler's dataset given to experimental_distribute_dataset over 2
+  workers: each worker would split its own draw, so a step's parts would
+  come from different lots. The dataset allows sharding by file only, and
+  has no files: tf.data refuses it (distribute_lots is the route)."""
+  for result in run_two_workers(flavor, "auto_sharded"):
+    assert result["refusal"] is not None
+    assert "shardable source" in result["refusal"]
 
 
 @pytest.mark.slow

@@ -66,8 +66,9 @@ def distribute_lots(strategy: tf.distribute.Strategy,
   for each element). Keras ``fit`` of a private model calls it itself when
   the strategy spans several workers. Over several workers, a sampler's
   dataset given to ``strategy.experimental_distribute_dataset`` instead
-  would be drawn by each worker from its own key: its parts would not make
-  one lot.
+  would be drawn by each worker from its own key, and its parts would not
+  make one lot: it allows auto-sharding by file only and has no files, so
+  tf.data refuses it ("Did not find a shardable source").
 
   Privacy contract: the lots are the sampler's, drawn once for the whole
   strategy: each batch is cut into ``strategy.num_replicas_in_sync`` parts

@@ -288,6 +288,17 @@ class LotRecipe:
     return dataset
 
 
+# A sampler's dataset is never split by tf.distribute's auto-sharding:
+# over several workers, each worker would split its own draw (from its own
+# key), and the parts of a step would come from different lots (an example
+# could be in two). It has no files, so sharding by file fails, naming "no
+# shardable source"; distribute_lots (and fit) redraw it per worker
+# instead, which no auto-sharding touches. One host does not shard.
+_SHARD_BY_FILE_ONLY = tf.data.Options()
+_SHARD_BY_FILE_ONLY.experimental_distribute.auto_shard_policy = (
+    tf.data.experimental.AutoShardPolicy.FILE)
+
+
 def lot_recipe(dataset: Any) -> Optional[LotRecipe]:
   """The ``LotRecipe`` of a sampler's dataset (or one derived by
   ``with_class_weights``), else None."""
@@ -364,7 +375,7 @@ def lot_dataset(
     lot_seeds = tf.data.Dataset.random(seed=key,
                                        rerandomize_each_iteration=True)
     return lot_seeds.take(num_lots).map(sample).unbatch().prefetch(
-        tf.data.AUTOTUNE)
+        tf.data.AUTOTUNE).with_options(_SHARD_BY_FILE_ONLY)
 
   dataset = build(key, 1, 0, 1)
   unit, population, k = PrivacyUnit.EXAMPLE, n, None
