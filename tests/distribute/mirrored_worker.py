@@ -180,34 +180,11 @@ def train_on_lots(kind, route, scope, one_pass=0):
   ``private_step`` (over ``distribute_lots`` under a strategy); a
   one-process loop trains on the sampler's pass ``one_pass`` (0: its
   first iteration)."""
-  import warnings  # pylint: disable=g-import-not-at-top
-  lots, dp = sampled_lots(kind)
-  with scope.scope():
-    model = tf_dp.keras.make_private(helpers.build_model(K, "dense"))
-    optimizer = tf_dp.DPOptimizer(K.optimizers.SGD(1.0), l2_norm_clip=0.05,
-                                  noise_multiplier=0.0, **dp)
-  loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # fixed seeds, noise 0
-    if route == "fit":
-      with scope.scope():
-        model.compile(optimizer=optimizer, loss=loss)
-      model.fit(lots, epochs=1, verbose=0)
-    else:
-      step = tf.function(lambda x, y, w=None: optimizer.private_step(
-          model, loss, x, y, sample_weight=w))
-      if scope is tf.distribute.get_strategy():
-        for _ in range(one_pass):
-          list(lots)  # An earlier pass: each iteration draws fresh lots.
-        for batch in lots:
-          step(*batch)
-      else:
-        for batch in tf_dp.data.distribute_lots(scope, lots):
-          scope.run(step, args=batch)
-  samples = optimizer.ledger.to_dict()["samples"]
+  model, optimizer = build_on_lots(kind, route, scope)
+  continue_on_lots(model, optimizer, kind, route, scope, one_pass)
   return ([np.asarray(v.numpy(), np.float64)
            for v in model.trainable_variables],
-          samples)
+          optimizer.ledger.to_dict()["samples"])
 
 
 def run_sampled(kind, route):
@@ -256,8 +233,9 @@ def build_on_lots(kind, route, scope):
   return model, optimizer
 
 
-def continue_on_lots(model, optimizer, kind, route, scope):
-  """Trains ``model`` on ``sampled_lots(kind)`` under ``scope``."""
+def continue_on_lots(model, optimizer, kind, route, scope, one_pass=0):
+  """Trains ``model`` on ``sampled_lots(kind)`` under ``scope`` (see
+  ``train_on_lots``)."""
   import warnings  # pylint: disable=g-import-not-at-top
   lots, _ = sampled_lots(kind)
   loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -269,6 +247,8 @@ def continue_on_lots(model, optimizer, kind, route, scope):
     step = tf.function(lambda x, y, w=None: optimizer.private_step(
         model, loss, x, y, sample_weight=w))
     if scope is tf.distribute.get_strategy():
+      for _ in range(one_pass):
+        list(lots)  # An earlier pass: each iteration draws fresh lots.
       for batch in lots:
         step(*batch)
     else:
