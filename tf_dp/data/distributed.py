@@ -23,6 +23,9 @@ from tf_dp.errors import SamplingMismatchError
 # The key is broadcast as 16-bit words, each exact in float32 (what every
 # collective implementation sums).
 _WORDS = 4
+# The attribute of a ``distribute_lots`` result that holds the
+# ``DeclaredSampling`` of its lots.
+_MARK = "_tf_dp_distributed_lots"
 
 
 def shared_key(strategy: tf.distribute.Strategy, key: int) -> int:
@@ -123,11 +126,10 @@ def distribute_lots(strategy: tf.distribute.Strategy,
                           local).repeat(passes)
 
   distributed = strategy.distribute_datasets_from_function(per_worker)
-  setattr(distributed, lots.DISTRIBUTED_MARK, (declared, recipe.batches))
+  setattr(distributed, _MARK, declared)
   return distributed
 
 
 def distributed_declaration(dataset: Any) -> Optional[lots.DeclaredSampling]:
   """The ``DeclaredSampling`` of a ``distribute_lots`` result, else None."""
-  marked = getattr(dataset, lots.DISTRIBUTED_MARK, None)
-  return None if marked is None else marked[0]
+  return getattr(dataset, _MARK, None)

@@ -251,9 +251,6 @@ def included(draws: tf.Tensor, probability: float) -> tf.Tensor:
 
 # The attribute of a sampler's dataset that holds its ``LotRecipe``.
 _RECIPE = "_tf_dp_lot_recipe"
-# The attribute of a ``distribute_lots`` result that holds its
-# ``(DeclaredSampling, batches)``.
-DISTRIBUTED_MARK = "_tf_dp_distributed_lots"
 
 
 @dataclasses.dataclass(frozen=True)

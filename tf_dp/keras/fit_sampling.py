@@ -266,14 +266,13 @@ def check_sampling_of_fit_input(config: config_lib.DPConfig, x: Any,
     SamplingMismatchError: naming what the optimizer declares, what was
       given and the fix.
   """
+  distributed = data_distributed.distributed_declaration(x)
   declared = (data_lots.declared_sampling(x)
-              if isinstance(x, tf.data.Dataset) else
-              data_distributed.distributed_declaration(x))
+              if isinstance(x, tf.data.Dataset) else distributed)
   sampling = config.sampling
   name = config.caller.constructor  # The optimizer as the caller built it.
-  redrawn = workers > 1 and (
-      data_lots.lot_recipe(x) is not None
-      or data_distributed.distributed_declaration(x) is not None)
+  redrawn = workers > 1 and (data_lots.lot_recipe(x) is not None
+                             or distributed is not None)
   if sampling in _SAMPLERS and workers > 1 and not redrawn:
     raise SamplingMismatchError(
         f"{name}(sampling={sampling!r}) over {workers} workers trains on "
